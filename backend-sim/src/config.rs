@@ -1,0 +1,294 @@
+//! What a simulated machine looks like: devices, memory, costs and faults.
+
+use emm_core::{CudaCode, DeviceId};
+
+use crate::trace::CallKind;
+
+/// One gibibyte.
+pub const GIB: u64 = 1 << 30;
+/// One mebibyte.
+pub const MIB: u64 = 1 << 20;
+
+/// The configuration of a simulated machine. Same config and same calls → same results and the
+/// same trace, byte for byte.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    /// Seed of the one random source the simulator owns (random faults draw from it).
+    pub seed: u64,
+    /// Number of devices, 1 to 16.
+    pub devices: u32,
+    /// Memory per device in bytes.
+    pub memory_per_device: u64,
+    /// Pinned plus pageable host memory the machine has, in bytes.
+    pub host_memory: u64,
+    /// Driver allocations are rounded up to a multiple of this many bytes (a power of two, at
+    /// least 256) for accounting; `cuMemGetInfo` sees the rounded sizes.
+    pub granularity: u64,
+    /// Page size of managed memory: the unit of residency and migration.
+    pub managed_page_size: u64,
+    /// Keep the bytes of memory (reads see what was written). Off, writes are dropped and reads
+    /// see the poison pattern: for benchmarks of allocation alone.
+    pub track_contents: bool,
+    /// Keep every traced call in memory (the trace hash is kept either way).
+    pub record_trace: bool,
+    /// Whether every device can access every other device's memory.
+    pub peer_access: bool,
+    /// Whether devices support managed memory with concurrent access (and so oversubscription).
+    pub concurrent_managed_access: bool,
+    /// Whether devices support IPC memory handles.
+    pub supports_ipc: bool,
+    /// Virtual-time costs of driver calls.
+    pub costs: CostModel,
+    /// Faults injected from the start.
+    pub faults: Vec<Fault>,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            seed: 0,
+            devices: 1,
+            memory_per_device: 80 * GIB,
+            host_memory: 512 * GIB,
+            granularity: 256,
+            managed_page_size: 64 * 1024,
+            track_contents: true,
+            record_trace: true,
+            peer_access: true,
+            concurrent_managed_access: true,
+            supports_ipc: true,
+            costs: CostModel::default(),
+            faults: Vec::new(),
+        }
+    }
+}
+
+impl SimConfig {
+    /// An H100-like single-device machine (80 GiB) seeded with `seed`.
+    pub fn new(seed: u64) -> Self {
+        SimConfig {
+            seed,
+            ..SimConfig::default()
+        }
+    }
+
+    /// Sets the number of devices (1 to 16).
+    pub fn devices(mut self, n: u32) -> Self {
+        self.devices = n;
+        self
+    }
+
+    /// Sets the memory of each device in bytes.
+    pub fn memory_per_device(mut self, bytes: u64) -> Self {
+        self.memory_per_device = bytes;
+        self
+    }
+
+    /// Turns contents tracking on or off.
+    pub fn track_contents(mut self, on: bool) -> Self {
+        self.track_contents = on;
+        self
+    }
+
+    /// Turns keeping the trace in memory on or off.
+    pub fn record_trace(mut self, on: bool) -> Self {
+        self.record_trace = on;
+        self
+    }
+
+    /// Adds a fault injected from the start.
+    pub fn fault(mut self, fault: Fault) -> Self {
+        self.faults.push(fault);
+        self
+    }
+
+    /// Checks the configuration, saying which field is wrong and why.
+    pub fn validate(&self) -> Result<(), String> {
+        if !(1..=16).contains(&self.devices) {
+            return Err(format!(
+                "SimConfig.devices is {}; the simulator models 1 to 16 devices",
+                self.devices
+            ));
+        }
+        if self.memory_per_device == 0 || self.memory_per_device > (1 << 44) {
+            return Err(format!(
+                "SimConfig.memory_per_device is {} bytes; give 1 byte to 16 TiB",
+                self.memory_per_device
+            ));
+        }
+        if !self.granularity.is_power_of_two() || self.granularity < 256 {
+            return Err(format!(
+                "SimConfig.granularity is {}; it must be a power of two of at least 256",
+                self.granularity
+            ));
+        }
+        if !self.managed_page_size.is_power_of_two() || self.managed_page_size < 4096 {
+            return Err(format!(
+                "SimConfig.managed_page_size is {}; it must be a power of two of at least 4096",
+                self.managed_page_size
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A fault to inject.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Fault {
+    /// Fail the `nth` call (1-based) of `call` — or of any call when `None` — with `code`.
+    /// The failed call changes nothing.
+    FailNth {
+        /// The kind of call counted, or every call.
+        call: Option<CallKind>,
+        /// Which call fails, counting from 1 after the fault is injected.
+        nth: u64,
+        /// The error returned.
+        code: CudaCode,
+    },
+    /// Device memory beyond `bytes` in use on `device` (every device when `None`) is out of
+    /// memory: allocations that would cross it fail with `CUDA_ERROR_OUT_OF_MEMORY`.
+    OutOfMemoryAbove {
+        /// The device limited, or every device.
+        device: Option<DeviceId>,
+        /// The level in bytes.
+        bytes: u64,
+    },
+    /// Fail each call of the listed kinds (every kind when empty) with probability
+    /// `per_million / 1e6`, drawn from the simulator's seeded random source.
+    Random {
+        /// Calls that may fail.
+        calls: Vec<CallKind>,
+        /// Failure probability in parts per million.
+        per_million: u32,
+        /// The error returned.
+        code: CudaCode,
+    },
+}
+
+/// Virtual nanoseconds per driver call, calibrated from measurements on an H100 80GB (driver
+/// 580, CUDA 13.0): `shared/hardware/costs.md` and `shared/workloads.md`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CostModel {
+    /// One `cuMemAlloc` or `cuMemFree` of up to 1 MiB (measured 5–8 µs per op on W1 and W3).
+    pub alloc_small_ns: u64,
+    /// One `cuMemAlloc` or `cuMemFree` of 64 MiB or more (measured 72–88 µs per op on W2,
+    /// whose sizes run up to 64 MiB); sizes in between are interpolated on a log scale.
+    pub alloc_large_ns: u64,
+    /// One `cuMemAllocAsync` or `cuMemFreeAsync` served by the pool (measured 1.0–1.7 µs).
+    pub alloc_async_ns: u64,
+    /// `cuMemAllocManaged` (4.7 µs at 4 KiB, 33 µs at 256 MiB) fixed part.
+    pub managed_alloc_ns: u64,
+    /// `cuMemHostAlloc`: fixed part (32 µs at 4 KiB).
+    pub host_alloc_ns: u64,
+    /// `cuMemHostAlloc` and `cuMemHostRegister`: per byte, in picoseconds (≈ 580 ps/B from 149 ms
+    /// per 256 MiB).
+    pub host_alloc_ps_per_byte: u64,
+    /// `cuMemHostRegister` fixed part (53 µs at 4 KiB).
+    pub host_register_ns: u64,
+    /// Host-to-device and device-to-host copies, bytes per microsecond (55 GB/s pinned).
+    pub copy_bytes_per_us: u64,
+    /// Device-to-device copies, bytes per microsecond.
+    pub d2d_bytes_per_us: u64,
+    /// Managed prefetch to a device, bytes per microsecond (45 GB/s).
+    pub prefetch_to_device_bytes_per_us: u64,
+    /// Managed prefetch to the host, bytes per microsecond (9 GB/s).
+    pub prefetch_to_host_bytes_per_us: u64,
+    /// Migration by page faults, bytes per microsecond (3.3 GB/s).
+    pub fault_migration_bytes_per_us: u64,
+    /// `cuMemAdvise` (2.6 µs per 2 MiB range).
+    pub advise_ns: u64,
+    /// `cuEventRecord`, `cuStreamWaitEvent` (0.33 µs).
+    pub event_op_ns: u64,
+    /// `cuEventQuery`, `cuStreamQuery`, an idle synchronize (0.36–0.53 µs).
+    pub query_ns: u64,
+    /// `cuEventCreate` + `cuEventDestroy` (0.52 µs), split evenly.
+    pub event_create_ns: u64,
+    /// `cuStreamCreate` + `cuStreamDestroy` (5.8 µs), split evenly.
+    pub stream_create_ns: u64,
+    /// `cuMemGetInfo` (7.5 µs).
+    pub mem_get_info_ns: u64,
+    /// `cuIpcGetMemHandle` (0.28 µs); opening costs ten times more.
+    pub ipc_ns: u64,
+    /// Extra cost of `cuMemAlloc` per peer with access enabled: mapping a new allocation into
+    /// every peer is why P2P registration grows quadratically across a 16-GPU node (RMM).
+    pub peer_map_ns: u64,
+    /// Any other call.
+    pub call_ns: u64,
+}
+
+impl Default for CostModel {
+    fn default() -> Self {
+        CostModel {
+            alloc_small_ns: 7_000,
+            alloc_large_ns: 80_000,
+            alloc_async_ns: 1_400,
+            managed_alloc_ns: 4_700,
+            host_alloc_ns: 32_000,
+            host_alloc_ps_per_byte: 580,
+            host_register_ns: 53_000,
+            copy_bytes_per_us: 55_000,
+            d2d_bytes_per_us: 1_500_000,
+            prefetch_to_device_bytes_per_us: 45_000,
+            prefetch_to_host_bytes_per_us: 9_000,
+            fault_migration_bytes_per_us: 3_300,
+            advise_ns: 2_600,
+            event_op_ns: 330,
+            query_ns: 360,
+            event_create_ns: 260,
+            stream_create_ns: 2_900,
+            mem_get_info_ns: 7_500,
+            ipc_ns: 280,
+            peer_map_ns: 1_000,
+            call_ns: 100,
+        }
+    }
+}
+
+impl CostModel {
+    /// Cost of one `cuMemAlloc` or `cuMemFree` of `size` bytes: flat to 1 MiB, then growing on
+    /// a log scale to `alloc_large_ns` at 64 MiB and beyond.
+    pub fn alloc_ns(&self, size: u64) -> u64 {
+        if size <= MIB {
+            return self.alloc_small_ns;
+        }
+        let steps = (size.min(64 * MIB) as f64 / MIB as f64).log2() / 6.0;
+        let span = self.alloc_large_ns.saturating_sub(self.alloc_small_ns) as f64;
+        self.alloc_small_ns + (span * steps) as u64
+    }
+
+    /// Time to move `bytes` at `bytes_per_us`.
+    pub fn transfer_ns(bytes: u64, bytes_per_us: u64) -> u64 {
+        bytes.saturating_mul(1000) / bytes_per_us.max(1)
+    }
+
+    /// Cost of pinning `bytes` of host memory with a fixed part of `fixed_ns`.
+    pub fn pin_ns(&self, fixed_ns: u64, bytes: u64) -> u64 {
+        fixed_ns + bytes.saturating_mul(self.host_alloc_ps_per_byte) / 1000
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn alloc_cost_follows_the_measured_curve() {
+        let c = CostModel::default();
+        assert_eq!(c.alloc_ns(4096), c.alloc_small_ns);
+        assert_eq!(c.alloc_ns(MIB), c.alloc_small_ns);
+        assert_eq!(c.alloc_ns(64 * MIB), c.alloc_large_ns);
+        assert_eq!(c.alloc_ns(GIB), c.alloc_large_ns);
+        let mid = c.alloc_ns(8 * MIB);
+        assert!(mid > c.alloc_small_ns && mid < c.alloc_large_ns);
+    }
+
+    #[test]
+    fn validate_names_the_bad_field() {
+        let err = SimConfig::new(1).devices(17).validate().unwrap_err();
+        assert!(err.contains("devices"), "{err}");
+        let mut c = SimConfig::new(1);
+        c.granularity = 100;
+        assert!(c.validate().unwrap_err().contains("granularity"));
+        assert!(SimConfig::new(1).validate().is_ok());
+    }
+}

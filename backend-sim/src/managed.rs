@@ -1,0 +1,441 @@
+//! Managed (unified) memory: page residency, migration on access and on prefetch, advice, and
+//! oversubscription by evicting least-recently-used pages to the host.
+//!
+//! A page lives on the host or on one device, or is not yet populated (first touch places it).
+//! A kernel or a host access to a page elsewhere migrates it (a fault), unless advice says to
+//! map it instead: `SetAccessedBy` for that processor, `SetPreferredLocation` keeping it where
+//! it is, or `SetReadMostly` for reads (a copy is made once). Copies by the copy engine never
+//! migrate. Prefetches move pages on a stream.
+
+use std::collections::BTreeMap;
+
+use emm_core::{Advice, CudaCode, DeviceId, DriverResult, Location, StreamId};
+
+use crate::config::CostModel;
+use crate::memory::Region;
+use crate::state::{Kind, State, Who};
+
+/// Advice over a byte range of a managed allocation; the last covering entry wins.
+#[derive(Debug, Clone, Copy)]
+struct Span<T> {
+    start: u64,
+    end: u64,
+    value: T,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Page {
+    pub(crate) loc: Location,
+    pub(crate) tick: u64,
+    /// Processors holding a read-only copy (bit 0: host, bit d+1: device d).
+    pub(crate) copies: u32,
+}
+
+/// The managed part of an allocation.
+#[derive(Debug, Default)]
+pub(crate) struct ManagedRange {
+    pub(crate) attach_global: bool,
+    pub(crate) pages: BTreeMap<u64, Page>,
+    preferred: Vec<Span<Option<Location>>>,
+    accessed_by: Vec<Span<(Location, bool)>>,
+    read_mostly: Vec<Span<bool>>,
+}
+
+/// The advice in force for one byte of managed memory.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ManagedAdvice {
+    /// `SetPreferredLocation`, if set.
+    pub preferred_location: Option<Location>,
+    /// Processors with `SetAccessedBy`.
+    pub accessed_by: Vec<Location>,
+    /// `SetReadMostly`.
+    pub read_mostly: bool,
+    /// Allocated with `CU_MEM_ATTACH_GLOBAL` (else `CU_MEM_ATTACH_HOST`).
+    pub attach_global: bool,
+}
+
+fn last<T: Copy>(spans: &[Span<T>], off: u64) -> Option<T> {
+    spans
+        .iter()
+        .rev()
+        .find(|s| s.start <= off && off < s.end)
+        .map(|s| s.value)
+}
+
+fn copy_bit(loc: Location) -> u32 {
+    match loc {
+        Location::Host => 1,
+        Location::Device(d) => 1 << ((d.0 + 1) % 32),
+    }
+}
+
+impl ManagedRange {
+    pub(crate) fn advice_at(&self, off: u64) -> ManagedAdvice {
+        let mut accessed_by: Vec<Location> = Vec::new();
+        for s in self
+            .accessed_by
+            .iter()
+            .filter(|s| s.start <= off && off < s.end)
+        {
+            let (loc, set) = s.value;
+            accessed_by.retain(|l| *l != loc);
+            if set {
+                accessed_by.push(loc);
+            }
+        }
+        accessed_by.sort();
+        ManagedAdvice {
+            preferred_location: last(&self.preferred, off).flatten(),
+            accessed_by,
+            read_mostly: last(&self.read_mostly, off).unwrap_or(false),
+            attach_global: self.attach_global,
+        }
+    }
+}
+
+impl State {
+    fn managed_range(&self, base: u64) -> Option<&ManagedRange> {
+        match &self.allocs.get(&base)?.kind {
+            Kind::Managed(r) => Some(r),
+            _ => None,
+        }
+    }
+
+    fn managed_range_mut(&mut self, base: u64) -> Option<&mut ManagedRange> {
+        match &mut self.allocs.get_mut(&base)?.kind {
+            Kind::Managed(r) => Some(r),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn mem_alloc_managed(
+        &mut self,
+        p: u32,
+        size: usize,
+        attach_global: bool,
+    ) -> DriverResult<u64> {
+        let size = size as u64;
+        if size == 0 {
+            return Err(self.zero_size());
+        }
+        let page = self.cfg.managed_page_size;
+        let cap = if self.cfg.concurrent_managed_access {
+            self.cfg.host_memory + self.cfg.memory_per_device * u64::from(self.cfg.devices)
+        } else {
+            self.cfg.memory_per_device
+        };
+        let rounded = crate::state::round_up(size, page)
+            .filter(|r| *r <= cap)
+            .ok_or_else(|| {
+                self.err(
+                    CudaCode::OUT_OF_MEMORY,
+                    format!(
+                        "requested {} of managed memory; the machine can back at most {}",
+                        emm_core::units::Bytes(size),
+                        emm_core::units::Bytes(cap)
+                    ),
+                )
+            })?;
+        let base = self.take_va(Region::Managed, rounded)?;
+        let range = ManagedRange {
+            attach_global,
+            ..ManagedRange::default()
+        };
+        self.insert_alloc(base, size, rounded, Kind::Managed(Box::new(range)), p);
+        let extra = (size.min(256 << 20) as f64 / (256u64 << 20) as f64 * 28_000.0) as u64;
+        self.charge(p, self.cfg.costs.managed_alloc_ns + extra);
+        Ok(base)
+    }
+
+    /// Releases the device pages of a freed managed allocation.
+    pub(crate) fn drop_managed_pages(&mut self, _base: u64, range: &ManagedRange) {
+        let page = self.cfg.managed_page_size;
+        for pg in range.pages.values() {
+            if let Location::Device(d) = pg.loc {
+                self.devices[d.0 as usize].used -= page;
+                self.lru[d.0 as usize].remove(&pg.tick);
+            }
+        }
+    }
+
+    /// Moves the least recently used managed page off `device` to the host. False when none.
+    pub(crate) fn evict_one_page(&mut self, device: u32) -> bool {
+        if !self.cfg.concurrent_managed_access {
+            return false;
+        }
+        let Some((_, (base, idx))) = self.lru[device as usize].pop_first() else {
+            return false;
+        };
+        let page = self.cfg.managed_page_size;
+        if let Some(pg) = self
+            .managed_range_mut(base)
+            .and_then(|r| r.pages.get_mut(&idx))
+        {
+            pg.loc = Location::Host;
+            pg.copies = 0;
+        }
+        self.devices[device as usize].used -= page;
+        self.managed_stats.evictions += 1;
+        self.managed_stats.migrated_to_host += page;
+        true
+    }
+
+    /// Places page `idx` of `base` at `to`, making room on a device. False if it cannot fit.
+    fn place_page(&mut self, base: u64, idx: u64, to: Location) -> bool {
+        let page = self.cfg.managed_page_size;
+        let old = self
+            .managed_range(base)
+            .and_then(|r| r.pages.get(&idx))
+            .copied();
+        if let Some(Page {
+            loc: Location::Device(d),
+            tick,
+            ..
+        }) = old
+        {
+            self.devices[d.0 as usize].used -= page;
+            self.lru[d.0 as usize].remove(&tick);
+        }
+        let mut loc = to;
+        if let Location::Device(d) = to {
+            if self.reserve_device(d.0, page).is_err() {
+                loc = old.map_or(Location::Host, |o| o.loc);
+                if let Location::Device(od) = loc {
+                    // It stays where it was: account for it again.
+                    self.devices[od.0 as usize].used += page;
+                }
+            }
+        }
+        self.lru_tick += 1;
+        let tick = self.lru_tick;
+        if let Location::Device(d) = loc {
+            self.lru[d.0 as usize].insert(tick, (base, idx));
+        }
+        if let Some(r) = self.managed_range_mut(base) {
+            let copies = old.map_or(0, |o| o.copies);
+            r.pages.insert(idx, Page { loc, tick, copies });
+        }
+        loc == to
+    }
+
+    /// Touches the managed pages under an access; returns the virtual time spent migrating.
+    /// `migrate`: the access may fault pages over (kernels and the host; copies never do).
+    pub(crate) fn touch_managed(
+        &mut self,
+        base: u64,
+        addr: u64,
+        len: u64,
+        who: Who,
+        migrate: bool,
+        write: bool,
+    ) -> u64 {
+        if self.managed_range(base).is_none() {
+            return 0;
+        }
+        let page = self.cfg.managed_page_size;
+        let accessor = who.location(self);
+        let (first, last_idx) = ((addr - base) / page, (addr - base + len - 1) / page);
+        let mut ns = 0;
+        for idx in first..=last_idx {
+            let r = self.managed_range(base).expect("checked above");
+            let advice = r.advice_at(idx * page);
+            match r.pages.get(&idx).copied() {
+                None => {
+                    self.place_page(base, idx, accessor);
+                }
+                Some(pg) if pg.loc == accessor => {
+                    self.place_page(base, idx, accessor);
+                }
+                Some(pg) => {
+                    let mapped = advice.accessed_by.contains(&accessor)
+                        || (advice.preferred_location == Some(pg.loc)
+                            && accessor != Location::Host);
+                    if !migrate || mapped {
+                        self.managed_stats.remote_accesses += 1;
+                    } else if advice.read_mostly && !write {
+                        if pg.copies & copy_bit(accessor) == 0 {
+                            ns += CostModel::transfer_ns(
+                                page,
+                                self.cfg.costs.fault_migration_bytes_per_us,
+                            );
+                            self.count_migration(accessor, page);
+                            if let Some(p) = self
+                                .managed_range_mut(base)
+                                .and_then(|r| r.pages.get_mut(&idx))
+                            {
+                                p.copies |= copy_bit(accessor);
+                            }
+                        }
+                    } else if self.place_page(base, idx, accessor) {
+                        self.managed_stats.faults += 1;
+                        ns += CostModel::transfer_ns(
+                            page,
+                            self.cfg.costs.fault_migration_bytes_per_us,
+                        );
+                        self.count_migration(accessor, page);
+                    } else {
+                        self.managed_stats.remote_accesses += 1;
+                    }
+                }
+            }
+            if write {
+                if let Some(p) = self
+                    .managed_range_mut(base)
+                    .and_then(|r| r.pages.get_mut(&idx))
+                {
+                    p.copies = 0;
+                }
+            }
+        }
+        ns
+    }
+
+    fn count_migration(&mut self, to: Location, bytes: u64) {
+        match to {
+            Location::Host => self.managed_stats.migrated_to_host += bytes,
+            Location::Device(_) => self.managed_stats.migrated_to_device += bytes,
+        }
+    }
+
+    /// Resolves a managed range of process `p`: the allocation's base.
+    fn managed_base(&mut self, p: u32, addr: u64, len: u64) -> DriverResult<u64> {
+        if len == 0 {
+            return Err(self.zero_size());
+        }
+        let (base, target) = self.resolve(p, addr, len, true, false)?;
+        if self.managed_range(base).is_none() || target != addr {
+            return Err(self.err(
+                CudaCode::INVALID_VALUE,
+                format!("{addr:#x} is not managed memory; advice and prefetch apply to memory from mem_alloc_managed"),
+            ));
+        }
+        Ok(base)
+    }
+
+    fn check_location(&self, location: Location) -> DriverResult<()> {
+        match location {
+            Location::Host => Ok(()),
+            Location::Device(d) => self.device(d).map(|_| ()),
+        }
+    }
+
+    pub(crate) fn mem_advise(
+        &mut self,
+        p: u32,
+        addr: u64,
+        len: u64,
+        advice: Advice,
+        location: Location,
+    ) -> DriverResult<()> {
+        let base = self.managed_base(p, addr, len)?;
+        self.check_location(location)?;
+        self.charge(p, self.cfg.costs.advise_ns);
+        let (start, end) = (addr - base, addr - base + len);
+        let r = self
+            .managed_range_mut(base)
+            .expect("checked by managed_base");
+        match advice {
+            Advice::SetPreferredLocation => r.preferred.push(Span {
+                start,
+                end,
+                value: Some(location),
+            }),
+            Advice::UnsetPreferredLocation => r.preferred.push(Span {
+                start,
+                end,
+                value: None,
+            }),
+            Advice::SetAccessedBy => r.accessed_by.push(Span {
+                start,
+                end,
+                value: (location, true),
+            }),
+            Advice::UnsetAccessedBy => r.accessed_by.push(Span {
+                start,
+                end,
+                value: (location, false),
+            }),
+            Advice::SetReadMostly => r.read_mostly.push(Span {
+                start,
+                end,
+                value: true,
+            }),
+            Advice::UnsetReadMostly => r.read_mostly.push(Span {
+                start,
+                end,
+                value: false,
+            }),
+        }
+        Ok(())
+    }
+
+    pub(crate) fn mem_prefetch(
+        &mut self,
+        p: u32,
+        addr: u64,
+        len: u64,
+        location: Location,
+        stream: StreamId,
+    ) -> DriverResult<()> {
+        let s = self.stream(p, stream)?;
+        let base = self.managed_base(p, addr, len)?;
+        self.check_location(location)?;
+        self.charge(p, self.cfg.costs.call_ns);
+        let page = self.cfg.managed_page_size;
+        let bw = match location {
+            Location::Host => self.cfg.costs.prefetch_to_host_bytes_per_us,
+            Location::Device(_) => self.cfg.costs.prefetch_to_device_bytes_per_us,
+        };
+        let (first, last_idx) = ((addr - base) / page, (addr - base + len - 1) / page);
+        let mut moved = 0;
+        for idx in first..=last_idx {
+            let old = self
+                .managed_range(base)
+                .and_then(|r| r.pages.get(&idx))
+                .map(|pg| pg.loc);
+            if old == Some(location) {
+                continue;
+            }
+            if self.place_page(base, idx, location) && old.is_some() {
+                moved += page;
+            }
+        }
+        self.managed_stats.prefetched += moved;
+        self.count_migration(location, moved);
+        let (actor, epoch) = self.enqueue(p, s, CostModel::transfer_ns(moved, bw));
+        // A migration conflicts with any unordered access to the pages, reads included.
+        self.check_races(
+            base,
+            addr,
+            addr + len,
+            actor,
+            epoch,
+            true,
+            "cuMemPrefetchAsync",
+            Who::Stream(s),
+        );
+        Ok(())
+    }
+
+    /// Where the page holding `addr` lives (`None`: not managed, or not yet populated).
+    pub(crate) fn residency(&self, addr: u64) -> Option<Location> {
+        let (base, _) = self.containing(addr)?;
+        let r = self.managed_range(base)?;
+        r.pages
+            .get(&((addr - base) / self.cfg.managed_page_size))
+            .map(|pg| pg.loc)
+    }
+
+    /// The advice in force at `addr`, if it is managed memory.
+    pub(crate) fn advice(&self, addr: u64) -> Option<ManagedAdvice> {
+        let (base, _) = self.containing(addr)?;
+        Some(self.managed_range(base)?.advice_at(addr - base))
+    }
+
+    /// Bytes of managed memory resident on `device`.
+    pub(crate) fn managed_resident(&self, device: DeviceId) -> u64 {
+        self.lru
+            .get(device.0 as usize)
+            .map_or(0, |l| l.len() as u64 * self.cfg.managed_page_size)
+    }
+}

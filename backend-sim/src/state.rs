@@ -1,0 +1,519 @@
+//! The state of one simulated machine, shared by its processes behind one lock.
+//!
+//! The operations live beside it, one idea a module: `memory` (allocations, contents, access
+//! checks), `streams` (streams, events, virtual time), `managed` (residency and migration),
+//! `ipc` (handles between processes). This module holds the types they share and the helpers
+//! every operation uses: errors, faults, the current context.
+
+use std::cell::Cell;
+use std::collections::BTreeMap;
+
+use emm_core::{CudaCode, DeviceId, DriverError, DriverResult, HostAllocFlags, Location};
+
+use crate::clock::{Actor, VClock};
+use crate::config::{Fault, SimConfig};
+use crate::report::Violation;
+use crate::trace::{CallKind, Trace};
+
+/// Bytes of a contents chunk: the unit in which written memory is stored.
+pub(crate) const CHUNK: u64 = 4096;
+/// What uninitialized and freed memory reads as.
+pub const POISON: u8 = 0xA5;
+/// Start of device `d`'s address range: `DEVICE_VA + d * VA_SPAN`.
+pub(crate) const DEVICE_VA: u64 = 1 << 48;
+/// Start of managed memory's address range (shared by all devices, like UVA).
+pub(crate) const MANAGED_VA: u64 = 2 << 48;
+/// Start of process `p`'s host range: `HOST_VA + p * VA_SPAN`.
+pub(crate) const HOST_VA: u64 = 3 << 48;
+/// Start of process `p`'s range for opened IPC handles.
+pub(crate) const IPC_VA: u64 = 4 << 48;
+/// Bytes of address space in each range. Addresses are never reused, so an access to freed
+/// memory is always caught; only driver pools hand the same address out again, as CUDA's do.
+pub(crate) const VA_SPAN: u64 = 1 << 44;
+/// How many freed allocations are remembered to tell a double free from a wild one.
+pub(crate) const FREED_MEMORY: usize = 1 << 16;
+/// Accesses remembered per allocation for race detection.
+pub(crate) const ACCESS_MEMORY: usize = 256;
+
+/// What kind of memory an allocation is.
+#[derive(Debug)]
+pub(crate) enum Kind {
+    /// `cuMemAlloc`.
+    Device { device: u32 },
+    /// A stream-ordered allocation from a driver pool.
+    PoolBlock { device: u32, pool: u64 },
+    /// `cuMemAllocManaged`.
+    Managed(Box<crate::managed::ManagedRange>),
+    /// `cuMemHostAlloc`.
+    Pinned { flags: HostAllocFlags },
+    /// `malloc`.
+    Pageable,
+    /// An IPC handle opened in this process, aliasing `target`.
+    IpcAlias { target: u64, serial: u64 },
+}
+
+impl Kind {
+    pub(crate) fn describe(&self) -> &'static str {
+        match self {
+            Kind::Device { .. } => "device memory from cuMemAlloc",
+            Kind::PoolBlock { .. } => "stream-ordered memory from cuMemAllocAsync",
+            Kind::Managed(_) => "managed memory",
+            Kind::Pinned { .. } => "pinned host memory",
+            Kind::Pageable => "pageable host memory",
+            Kind::IpcAlias { .. } => "an opened IPC mapping",
+        }
+    }
+}
+
+/// One access remembered for race detection.
+#[derive(Debug, Clone)]
+pub(crate) struct Access {
+    pub(crate) start: u64,
+    pub(crate) end: u64,
+    pub(crate) actor: Actor,
+    pub(crate) epoch: u64,
+    pub(crate) write: bool,
+    pub(crate) op: &'static str,
+}
+
+/// A live allocation.
+#[derive(Debug)]
+pub(crate) struct Alloc {
+    pub(crate) size: u64,
+    /// Bytes accounted against the device or host (rounded).
+    pub(crate) reserved: u64,
+    pub(crate) kind: Kind,
+    pub(crate) process: u32,
+    pub(crate) serial: u64,
+    pub(crate) caller: &'static str,
+    pub(crate) accesses: Vec<Access>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Device {
+    pub(crate) total: u64,
+    /// Device allocations + pool reservations + resident managed pages.
+    pub(crate) used: u64,
+    pub(crate) va_next: u64,
+    pub(crate) default_pool: u64,
+    pub(crate) current_pool: u64,
+    /// Peers whose contexts enabled access to this device (each maps new allocations).
+    pub(crate) peer_mappings: u64,
+}
+
+#[derive(Debug)]
+pub(crate) struct Process {
+    pub(crate) host_actor: Actor,
+    pub(crate) clock: VClock,
+    pub(crate) now: u64,
+    pub(crate) thread_ctx: BTreeMap<u64, u32>,
+    /// Primary context index per device.
+    pub(crate) primary: Vec<u32>,
+    pub(crate) host_va_next: u64,
+    pub(crate) ipc_va_next: u64,
+    /// Opened IPC mappings: serial of the exported allocation → alias base.
+    pub(crate) opened: BTreeMap<u64, u64>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Ctx {
+    pub(crate) process: u32,
+    pub(crate) device: u32,
+    pub(crate) default_stream: u64,
+    /// Streams of this context, for the legacy default stream's implicit ordering.
+    pub(crate) streams: Vec<u64>,
+    pub(crate) peers: Vec<u32>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Stream {
+    pub(crate) process: u32,
+    pub(crate) ctx: u32,
+    pub(crate) device: u32,
+    pub(crate) actor: Actor,
+    pub(crate) non_blocking: bool,
+    pub(crate) is_default: bool,
+    pub(crate) busy_until: u64,
+    pub(crate) clock: VClock,
+}
+
+#[derive(Debug)]
+pub(crate) struct Event {
+    pub(crate) process: u32,
+    pub(crate) device: u32,
+    pub(crate) recorded: Option<(VClock, u64)>,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FreeBlock {
+    pub(crate) freed_on: Option<(Actor, u64)>,
+    pub(crate) done_at: u64,
+}
+
+#[derive(Debug)]
+pub(crate) struct Pool {
+    pub(crate) device: u32,
+    pub(crate) is_default: bool,
+    pub(crate) destroyed: bool,
+    pub(crate) release_threshold: u64,
+    pub(crate) reserved: u64,
+    pub(crate) used: u64,
+    /// Free blocks by (reserved size, base).
+    pub(crate) free: BTreeMap<(u64, u64), FreeBlock>,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Registration {
+    pub(crate) size: u64,
+    pub(crate) mapped: bool,
+    pub(crate) process: u32,
+}
+
+/// Counters of managed memory behaviour.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ManagedStats {
+    /// Page faults that migrated a page.
+    pub faults: u64,
+    /// Bytes migrated to a device (faults and prefetches).
+    pub migrated_to_device: u64,
+    /// Bytes migrated to the host (faults, prefetches and evictions).
+    pub migrated_to_host: u64,
+    /// Bytes moved by prefetches.
+    pub prefetched: u64,
+    /// Pages evicted from a device to make room (oversubscription).
+    pub evictions: u64,
+    /// Accesses served remotely through a mapping instead of migrating.
+    pub remote_accesses: u64,
+}
+
+/// Who touches memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Who {
+    Host,
+    Stream(u64),
+}
+
+impl Who {
+    pub(crate) fn location(self, st: &State) -> Location {
+        match self {
+            Who::Host => Location::Host,
+            Who::Stream(s) => st
+                .streams
+                .get(&s)
+                .map_or(Location::Host, |s| Location::Device(DeviceId(s.device))),
+        }
+    }
+}
+
+pub(crate) struct State {
+    pub(crate) cfg: SimConfig,
+    pub(crate) rng: u64,
+    pub(crate) machine_id: u64,
+    pub(crate) devices: Vec<Device>,
+    pub(crate) processes: Vec<Process>,
+    pub(crate) contexts: Vec<Ctx>,
+    pub(crate) streams: BTreeMap<u64, Stream>,
+    pub(crate) events: BTreeMap<u64, Event>,
+    pub(crate) pools: BTreeMap<u64, Pool>,
+    pub(crate) allocs: BTreeMap<u64, Alloc>,
+    /// Recently freed allocations: base → size.
+    pub(crate) freed: BTreeMap<u64, u64>,
+    pub(crate) registrations: BTreeMap<u64, Registration>,
+    /// The exporting host's clock when each IPC handle was last made: opening a handle
+    /// happens after making it (the handle travels from one process to the other).
+    pub(crate) ipc_exports: BTreeMap<u64, VClock>,
+    pub(crate) contents: BTreeMap<u64, Box<[u8]>>,
+    pub(crate) managed_va_next: u64,
+    pub(crate) lru: Vec<BTreeMap<u64, (u64, u64)>>,
+    pub(crate) lru_tick: u64,
+    pub(crate) managed_stats: ManagedStats,
+    pub(crate) host_used: u64,
+    pub(crate) trace: Trace,
+    pub(crate) violations: Vec<Violation>,
+    pub(crate) faults: Vec<(Fault, u64)>,
+    pub(crate) next_handle: u64,
+    pub(crate) next_actor: Actor,
+    pub(crate) next_serial: u64,
+    /// The call being executed, for messages and violations.
+    pub(crate) call: CallKind,
+    pub(crate) caller: &'static str,
+}
+
+thread_local! {
+    static THREAD_KEY: Cell<u64> = const { Cell::new(0) };
+}
+
+static NEXT_THREAD_KEY: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+/// A number naming the calling thread, for per-thread current contexts.
+pub(crate) fn thread_key() -> u64 {
+    THREAD_KEY.with(|k| {
+        if k.get() == 0 {
+            k.set(NEXT_THREAD_KEY.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+        }
+        k.get()
+    })
+}
+
+/// Rounds `n` up to a multiple of `to` (a power of two); `None` on overflow.
+#[inline]
+pub(crate) fn round_up(n: u64, to: u64) -> Option<u64> {
+    Some(n.checked_add(to - 1)? & !(to - 1))
+}
+
+impl State {
+    pub(crate) fn new(cfg: SimConfig, machine_id: u64) -> Self {
+        let mut st = State {
+            rng: cfg.seed,
+            machine_id,
+            devices: Vec::new(),
+            processes: Vec::new(),
+            contexts: Vec::new(),
+            streams: BTreeMap::new(),
+            events: BTreeMap::new(),
+            pools: BTreeMap::new(),
+            allocs: BTreeMap::new(),
+            freed: BTreeMap::new(),
+            registrations: BTreeMap::new(),
+            ipc_exports: BTreeMap::new(),
+            contents: BTreeMap::new(),
+            managed_va_next: MANAGED_VA,
+            lru: Vec::new(),
+            lru_tick: 0,
+            managed_stats: ManagedStats::default(),
+            host_used: 0,
+            trace: Trace::new(cfg.record_trace),
+            violations: Vec::new(),
+            faults: cfg.faults.iter().cloned().map(|f| (f, 0)).collect(),
+            next_handle: 0x100,
+            next_actor: 1,
+            next_serial: 1,
+            call: CallKind::DeviceCount,
+            caller: emm_core::attribution::UNATTRIBUTED,
+            cfg,
+        };
+        for d in 0..st.cfg.devices {
+            let pool = st.handle();
+            st.pools.insert(
+                pool,
+                Pool {
+                    device: d,
+                    is_default: true,
+                    destroyed: false,
+                    release_threshold: 0,
+                    reserved: 0,
+                    used: 0,
+                    free: BTreeMap::new(),
+                },
+            );
+            st.devices.push(Device {
+                total: st.cfg.memory_per_device,
+                used: 0,
+                va_next: DEVICE_VA + u64::from(d) * VA_SPAN + CHUNK,
+                default_pool: pool,
+                current_pool: pool,
+                peer_mappings: 0,
+            });
+            st.lru.push(BTreeMap::new());
+        }
+        st
+    }
+
+    /// A fresh handle number for streams, events and pools.
+    pub(crate) fn handle(&mut self) -> u64 {
+        self.next_handle += 1;
+        self.next_handle
+    }
+
+    pub(crate) fn actor(&mut self) -> Actor {
+        self.next_actor += 1;
+        self.next_actor
+    }
+
+    pub(crate) fn serial(&mut self) -> u64 {
+        self.next_serial += 1;
+        self.next_serial
+    }
+
+    /// Adds a process with a primary context (and its legacy default stream) per device.
+    pub(crate) fn add_process(&mut self) -> u32 {
+        let p = self.processes.len() as u32;
+        let host_actor = self.actor();
+        let mut primary = Vec::new();
+        for d in 0..self.cfg.devices {
+            let ctx = self.contexts.len() as u32;
+            let stream = self.handle();
+            let actor = self.actor();
+            self.streams.insert(
+                stream,
+                Stream {
+                    process: p,
+                    ctx,
+                    device: d,
+                    actor,
+                    non_blocking: false,
+                    is_default: true,
+                    busy_until: 0,
+                    clock: VClock::default(),
+                },
+            );
+            self.contexts.push(Ctx {
+                process: p,
+                device: d,
+                default_stream: stream,
+                streams: vec![stream],
+                peers: Vec::new(),
+            });
+            primary.push(ctx);
+        }
+        self.processes.push(Process {
+            host_actor,
+            clock: VClock::default(),
+            now: 0,
+            thread_ctx: BTreeMap::new(),
+            primary,
+            host_va_next: HOST_VA + u64::from(p) * VA_SPAN + CHUNK,
+            ipc_va_next: IPC_VA + u64::from(p) * VA_SPAN + CHUNK,
+            opened: BTreeMap::new(),
+        });
+        p
+    }
+
+    /// An error from the call being executed.
+    #[cold]
+    pub(crate) fn err(&self, code: CudaCode, detail: impl Into<String>) -> DriverError {
+        DriverError::new(self.call.name(), code, detail)
+    }
+
+    /// Records a violation.
+    #[cold]
+    pub(crate) fn violate(&mut self, v: Violation) {
+        self.violations.push(v);
+    }
+
+    /// Advances process `p`'s host clock by `ns` virtual nanoseconds.
+    #[inline]
+    pub(crate) fn charge(&mut self, p: u32, ns: u64) {
+        self.processes[p as usize].now += ns;
+    }
+
+    /// The next number from the simulator's random source (SplitMix64).
+    pub(crate) fn next_random(&mut self) -> u64 {
+        self.rng = self.rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// The injected failure for this call, if any. A fired `FailNth` is spent.
+    pub(crate) fn injected_fault(&mut self, call: CallKind) -> Option<CudaCode> {
+        if self.faults.is_empty() {
+            return None;
+        }
+        let mut fired = None;
+        let mut spent = None;
+        for i in 0..self.faults.len() {
+            match self.faults[i].0.clone() {
+                Fault::FailNth {
+                    call: which,
+                    nth,
+                    code,
+                } => {
+                    if which.is_none_or(|k| k == call) {
+                        self.faults[i].1 += 1;
+                        if self.faults[i].1 == nth && fired.is_none() {
+                            fired = Some(code);
+                            spent = Some(i);
+                        }
+                    }
+                }
+                Fault::Random {
+                    calls,
+                    per_million,
+                    code,
+                } => {
+                    let applies = calls.is_empty() || calls.contains(&call);
+                    if applies
+                        && self.next_random() % 1_000_000 < u64::from(per_million)
+                        && fired.is_none()
+                    {
+                        fired = Some(code);
+                    }
+                }
+                Fault::OutOfMemoryAbove { .. } => {}
+            }
+        }
+        if let Some(i) = spent {
+            self.faults.remove(i);
+        }
+        fired
+    }
+
+    /// The most device memory usable on `device` under injected out-of-memory levels.
+    pub(crate) fn device_limit(&self, device: u32) -> u64 {
+        let mut limit = self.devices[device as usize].total;
+        for (f, _) in &self.faults {
+            if let Fault::OutOfMemoryAbove {
+                device: which,
+                bytes,
+            } = f
+            {
+                if which.is_none_or(|d| d.0 == device) {
+                    limit = limit.min(*bytes);
+                }
+            }
+        }
+        limit
+    }
+
+    /// The calling thread's current context in process `p` (device 0's primary by default).
+    #[inline]
+    pub(crate) fn current_ctx(&self, p: u32) -> u32 {
+        let proc = &self.processes[p as usize];
+        if proc.thread_ctx.is_empty() {
+            return proc.primary[0];
+        }
+        proc.thread_ctx
+            .get(&thread_key())
+            .copied()
+            .unwrap_or(proc.primary[0])
+    }
+
+    /// The device of the calling thread's current context.
+    #[inline]
+    pub(crate) fn current_device(&self, p: u32) -> u32 {
+        self.contexts[self.current_ctx(p) as usize].device
+    }
+
+    /// Checks a device ordinal.
+    pub(crate) fn device(&self, device: DeviceId) -> DriverResult<u32> {
+        if device.0 < self.cfg.devices {
+            Ok(device.0)
+        } else {
+            Err(self.err(
+                CudaCode::INVALID_DEVICE,
+                format!(
+                    "device {} does not exist; this machine has {} device(s), numbered from 0",
+                    device.0, self.cfg.devices
+                ),
+            ))
+        }
+    }
+
+    /// Checks a context handle of process `p` and returns its index.
+    pub(crate) fn context(&self, p: u32, ctx: u64) -> DriverResult<u32> {
+        match ctx
+            .checked_sub(1)
+            .and_then(|i| self.contexts.get(i as usize))
+        {
+            Some(c) if c.process == p => Ok((ctx - 1) as u32),
+            _ => Err(self.err(
+                CudaCode::INVALID_CONTEXT,
+                format!(
+                    "context {ctx} is not a context of this process; use primary_context(device)"
+                ),
+            )),
+        }
+    }
+}

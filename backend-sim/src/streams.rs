@@ -1,0 +1,242 @@
+//! Streams and events on virtual time, with vector clocks for happens-before.
+//!
+//! Each stream has a virtual clock (`busy_until`) and a vector clock. Work queued on a stream
+//! starts after the host issued it and after earlier work on the stream; the legacy default
+//! stream also orders itself with every blocking stream of its context, as CUDA's does. An
+//! event snapshots a stream's clocks; waiting on it merges them. The host learns about a
+//! stream's work only by synchronizing (or by a query that says it is done).
+
+use emm_core::{CudaCode, DriverResult, StreamId};
+
+use crate::clock::{Actor, VClock};
+use crate::state::{Event, State, Stream};
+
+impl State {
+    /// Resolves a stream handle of process `p` (the default stream to the current context's).
+    pub(crate) fn stream(&self, p: u32, stream: StreamId) -> DriverResult<u64> {
+        if stream == StreamId::DEFAULT {
+            return Ok(self.contexts[self.current_ctx(p) as usize].default_stream);
+        }
+        match self.streams.get(&stream.0) {
+            Some(s) if s.process == p && !s.is_default => Ok(stream.0),
+            _ => Err(self.err(
+                CudaCode::INVALID_HANDLE,
+                format!(
+                    "{stream} is not a live stream of this process (destroyed, or never created)"
+                ),
+            )),
+        }
+    }
+
+    /// Queues `duration_ns` of work on stream `s`; returns the actor and epoch of that work.
+    pub(crate) fn enqueue(&mut self, p: u32, s: u64, duration_ns: u64) -> (Actor, u64) {
+        let proc = &self.processes[p as usize];
+        let (ctx, is_default, non_blocking) = {
+            let st = &self.streams[&s];
+            (st.ctx, st.is_default, st.non_blocking)
+        };
+        // Implicit ordering of the legacy default stream with the blocking streams.
+        let mut merged = proc.clock.clone();
+        let mut start = proc.now;
+        if is_default {
+            for other in &self.contexts[ctx as usize].streams {
+                let o = &self.streams[other];
+                if !o.non_blocking {
+                    merged.merge(&o.clock);
+                    start = start.max(o.busy_until);
+                }
+            }
+        } else if !non_blocking {
+            let d = &self.streams[&self.contexts[ctx as usize].default_stream];
+            merged.merge(&d.clock);
+            start = start.max(d.busy_until);
+        }
+        let st = self.streams.get_mut(&s).expect("stream resolved by caller");
+        st.clock.merge(&merged);
+        let epoch = st.clock.tick(st.actor);
+        st.busy_until = st.busy_until.max(start) + duration_ns;
+        (st.actor, epoch)
+    }
+
+    /// The host waits for everything queued on `s` so far.
+    pub(crate) fn host_wait_stream(&mut self, p: u32, s: u64) {
+        let st = &self.streams[&s];
+        let proc = &mut self.processes[p as usize];
+        proc.clock.merge(&st.clock);
+        proc.now = proc.now.max(st.busy_until);
+        let device = st.device;
+        self.release_pools_over_threshold(device);
+    }
+
+    /// The host waits for every stream of `device` in process `p` (`cuCtxSynchronize`, and
+    /// the implicit synchronization of `cuMemFree`).
+    pub(crate) fn host_wait_device(&mut self, p: u32, device: u32) {
+        let proc = &mut self.processes[p as usize];
+        for st in self.streams.values() {
+            if st.process == p && st.device == device {
+                proc.clock.merge(&st.clock);
+                proc.now = proc.now.max(st.busy_until);
+            }
+        }
+        self.release_pools_over_threshold(device);
+    }
+
+    pub(crate) fn stream_create(&mut self, p: u32, non_blocking: bool) -> DriverResult<u64> {
+        let ctx = self.current_ctx(p);
+        let id = self.handle();
+        let actor = self.actor();
+        let device = self.contexts[ctx as usize].device;
+        self.streams.insert(
+            id,
+            Stream {
+                process: p,
+                ctx,
+                device,
+                actor,
+                non_blocking,
+                is_default: false,
+                busy_until: self.processes[p as usize].now,
+                clock: VClock::default(),
+            },
+        );
+        self.contexts[ctx as usize].streams.push(id);
+        self.charge(p, self.cfg.costs.stream_create_ns);
+        Ok(id)
+    }
+
+    pub(crate) fn stream_destroy(&mut self, p: u32, stream: StreamId) -> DriverResult<()> {
+        if stream == StreamId::DEFAULT {
+            return Err(self.err(
+                CudaCode::INVALID_HANDLE,
+                "the legacy default stream cannot be destroyed",
+            ));
+        }
+        let s = self.stream(p, stream)?;
+        if let Some(st) = self.streams.remove(&s) {
+            self.contexts[st.ctx as usize].streams.retain(|x| *x != s);
+        }
+        self.charge(p, self.cfg.costs.stream_create_ns);
+        Ok(())
+    }
+
+    pub(crate) fn stream_synchronize(&mut self, p: u32, stream: StreamId) -> DriverResult<()> {
+        let s = self.stream(p, stream)?;
+        self.charge(p, self.cfg.costs.query_ns);
+        self.host_wait_stream(p, s);
+        Ok(())
+    }
+
+    pub(crate) fn stream_query(&mut self, p: u32, stream: StreamId) -> DriverResult<bool> {
+        let s = self.stream(p, stream)?;
+        self.charge(p, self.cfg.costs.query_ns);
+        let done = self.streams[&s].busy_until <= self.processes[p as usize].now;
+        if done {
+            self.host_wait_stream(p, s);
+        }
+        Ok(done)
+    }
+
+    pub(crate) fn event(&self, p: u32, event: u64) -> DriverResult<()> {
+        match self.events.get(&event) {
+            Some(e) if e.process == p => Ok(()),
+            _ => Err(self.err(
+                CudaCode::INVALID_HANDLE,
+                format!("event:{event} is not a live event of this process (destroyed, or never created)"),
+            )),
+        }
+    }
+
+    pub(crate) fn event_create(&mut self, p: u32) -> DriverResult<u64> {
+        let id = self.handle();
+        let device = self.current_device(p);
+        self.events.insert(
+            id,
+            Event {
+                process: p,
+                device,
+                recorded: None,
+            },
+        );
+        self.charge(p, self.cfg.costs.event_create_ns);
+        Ok(id)
+    }
+
+    pub(crate) fn event_destroy(&mut self, p: u32, event: u64) -> DriverResult<()> {
+        self.event(p, event)?;
+        self.events.remove(&event);
+        self.charge(p, self.cfg.costs.event_create_ns);
+        Ok(())
+    }
+
+    pub(crate) fn event_record(
+        &mut self,
+        p: u32,
+        event: u64,
+        stream: StreamId,
+    ) -> DriverResult<()> {
+        self.event(p, event)?;
+        let s = self.stream(p, stream)?;
+        let (ev_dev, st_dev) = (self.events[&event].device, self.streams[&s].device);
+        if ev_dev != st_dev {
+            return Err(self.err(
+                CudaCode::INVALID_HANDLE,
+                format!(
+                    "event:{event} belongs to device {ev_dev} but {stream} to device {st_dev}; record an event of the stream's context"
+                ),
+            ));
+        }
+        self.charge(p, self.cfg.costs.event_op_ns);
+        self.enqueue(p, s, 0);
+        let st = &self.streams[&s];
+        let snapshot = (st.clock.clone(), st.busy_until);
+        if let Some(e) = self.events.get_mut(&event) {
+            e.recorded = Some(snapshot);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn stream_wait_event(
+        &mut self,
+        p: u32,
+        stream: StreamId,
+        event: u64,
+    ) -> DriverResult<()> {
+        let s = self.stream(p, stream)?;
+        self.event(p, event)?;
+        self.charge(p, self.cfg.costs.event_op_ns);
+        if let Some((clock, at)) = self.events[&event].recorded.clone() {
+            let st = self.streams.get_mut(&s).expect("stream resolved above");
+            st.clock.merge(&clock);
+            st.busy_until = st.busy_until.max(at);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn event_query(&mut self, p: u32, event: u64) -> DriverResult<bool> {
+        self.event(p, event)?;
+        self.charge(p, self.cfg.costs.query_ns);
+        let now = self.processes[p as usize].now;
+        match &self.events[&event].recorded {
+            None => Ok(true),
+            Some((clock, at)) if *at <= now => {
+                let clock = clock.clone();
+                self.processes[p as usize].clock.merge(&clock);
+                Ok(true)
+            }
+            Some(_) => Ok(false),
+        }
+    }
+
+    pub(crate) fn event_synchronize(&mut self, p: u32, event: u64) -> DriverResult<()> {
+        self.event(p, event)?;
+        self.charge(p, self.cfg.costs.query_ns);
+        if let Some((clock, at)) = self.events[&event].recorded.clone() {
+            let proc = &mut self.processes[p as usize];
+            proc.clock.merge(&clock);
+            proc.now = proc.now.max(at);
+            let device = self.events[&event].device;
+            self.release_pools_over_threshold(device);
+        }
+        Ok(())
+    }
+}

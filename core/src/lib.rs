@@ -1,0 +1,21 @@
+//! emm-core: GPU memory management built around the External Memory Management (EMM) plugin
+//! contract of Numba's NBEP 7, with RMM-style memory resources.
+//!
+//! Modules:
+//! - [`driver`]: the [`Driver`] trait, the one seam between emm and a GPU, and its typed handles.
+//! - [`error`]: [`DriverError`] and CUDA result codes ([`CudaCode`]).
+//! - [`attribution`]: caller tags, so a backend can log which layer made each driver call.
+//! - [`units`]: byte-count formatting for error messages.
+//! - [`workloads`]: the standard allocation workloads W1, W2, W3 (`shared/workloads.md`).
+
+pub mod attribution;
+pub mod driver;
+pub mod error;
+pub mod units;
+pub mod workloads;
+
+pub use driver::{
+    Advice, ContextId, DeviceId, DeviceProperties, DevicePtr, Driver, EventId, HostAllocFlags,
+    HostPtr, IpcMemHandle, Location, MemInfo, MemPoolId, MemPoolUsage, StreamId,
+};
+pub use error::{CudaCode, DriverError, DriverResult};

@@ -1,0 +1,226 @@
+//! `cargo xtask`: emm's developer commands, written with std only.
+//!
+//! - `test`: install what the build needs, then fmt check, clippy and the workspace tests (CI runs
+//!   this through `.ci/run`).
+//! - `demo [args...]`: the simulated GPU's scripted demo (`emm-sim`'s `demo` example).
+//! - `bench`: the benchmarks.
+//! - `help`: the usage text.
+//!
+//! Progress lines (`==> step`) and errors go to stderr, so a command's own output on stdout stays
+//! clean.
+
+use std::env;
+use std::ffi::OsString;
+use std::io;
+use std::path::PathBuf;
+use std::process::{Command, ExitCode, Stdio};
+
+/// The usage text for `help`, no arguments, or a bad command line.
+const USAGE: &str = "\
+usage: cargo xtask <command> [args...]
+
+commands:
+  test             install the targets and components the build needs, then
+                   cargo fmt --check, cargo clippy -D warnings and the workspace tests
+                   (the same command CI runs via .ci/run)
+  demo [args...]   run the simulated GPU through a scripted workload (emm-sim's demo example);
+                   args are passed to the demo
+  bench            run the benchmarks (emm-sim)
+  help             print this text";
+
+/// The rustup targets `test` installs: the sandbox's plugin ABI and WASI builds.
+const TARGETS: [&str; 2] = ["wasm32-unknown-unknown", "wasm32-wasip2"];
+
+/// The rustup components `test` installs.
+const COMPONENTS: [&str; 2] = ["rustfmt", "clippy"];
+
+/// Why a command did not succeed: the step it belonged to and what went wrong.
+#[derive(Debug)]
+struct Failure {
+    /// The step's name, as printed after `==>`.
+    step: String,
+    /// The command line and its exit status, or why it could not start.
+    reason: String,
+}
+
+/// What `main` was asked to do, or why the command line is wrong.
+enum Outcome {
+    /// Every step succeeded.
+    Done,
+    /// A step failed; exit 1.
+    Failed(Failure),
+    /// The command line was wrong; exit 2 after printing this reason and the usage.
+    Usage(String),
+}
+
+fn main() -> ExitCode {
+    let mut args = env::args_os().skip(1);
+    let command = args.next();
+    let rest: Vec<OsString> = args.collect();
+    let outcome = match command.as_ref().map(|c| c.to_string_lossy()) {
+        None => {
+            println!("{USAGE}");
+            Outcome::Done
+        }
+        Some(c) => match c.as_ref() {
+            "help" | "-h" | "--help" => {
+                println!("{USAGE}");
+                Outcome::Done
+            }
+            "test" => no_args("test", &rest).unwrap_or_else(|| result(test())),
+            "demo" => result(demo(&rest)),
+            "bench" => no_args("bench", &rest).unwrap_or_else(|| result(bench())),
+            other => Outcome::Usage(format!("unknown command `{other}`")),
+        },
+    };
+    match outcome {
+        Outcome::Done => ExitCode::SUCCESS,
+        Outcome::Failed(f) => {
+            eprintln!("xtask: step `{}` failed: {}", f.step, f.reason);
+            ExitCode::FAILURE
+        }
+        Outcome::Usage(reason) => {
+            eprintln!("xtask: {reason}\n\n{USAGE}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// `None` when a command that takes no arguments got none, else the usage error.
+fn no_args(command: &str, rest: &[OsString]) -> Option<Outcome> {
+    (!rest.is_empty()).then(|| Outcome::Usage(format!("`{command}` takes no arguments")))
+}
+
+/// Turns a command's result into an [`Outcome`].
+fn result(r: Result<(), Failure>) -> Outcome {
+    r.map_or_else(Outcome::Failed, |()| Outcome::Done)
+}
+
+/// `cargo xtask test`: setup, fmt check, clippy, then the tests; stops at the first failure.
+fn test() -> Result<(), Failure> {
+    setup()?;
+    run("fmt", cargo(["fmt", "--all", "--check"]))?;
+    run(
+        "clippy",
+        cargo([
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ]),
+    )?;
+    if has_nextest() {
+        run("test", cargo(["nextest", "run", "--workspace"]))?;
+        // nextest does not run doctests.
+        run("doctest", cargo(["test", "--workspace", "--doc"]))
+    } else {
+        run("test", cargo(["test", "--workspace"]))
+    }
+}
+
+/// Installs [`TARGETS`] and [`COMPONENTS`] with rustup (a no-op when they are already there).
+/// Without rustup the step is skipped with a note: the toolchain then has to provide them.
+fn setup() -> Result<(), Failure> {
+    let probe = Command::new("rustup")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+    if probe.is_err_and(|e| e.kind() == io::ErrorKind::NotFound) {
+        eprintln!(
+            "==> setup: rustup not found, skipped (the toolchain must provide {} and {})",
+            TARGETS.join(", "),
+            COMPONENTS.join(", ")
+        );
+        return Ok(());
+    }
+    let mut targets = Command::new("rustup");
+    targets.args(["target", "add"]).args(TARGETS);
+    run("setup", targets)?;
+    let mut components = Command::new("rustup");
+    components.args(["component", "add"]).args(COMPONENTS);
+    run("setup", components)
+}
+
+/// Whether `cargo nextest` is installed.
+fn has_nextest() -> bool {
+    cargo(["nextest", "--version"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// `cargo xtask demo [args...]`: the simulated GPU's demo, in release mode.
+fn demo(args: &[OsString]) -> Result<(), Failure> {
+    let mut cmd = cargo([
+        "run",
+        "--release",
+        "--quiet",
+        "-p",
+        "emm-sim",
+        "--example",
+        "demo",
+        "--",
+    ]);
+    cmd.args(args);
+    run("demo", cmd)
+}
+
+/// `cargo xtask bench`: every crate's benchmarks (for now `emm-sim`).
+fn bench() -> Result<(), Failure> {
+    run("bench", cargo(["bench", "-p", "emm-sim"]))
+}
+
+/// A `cargo` command with these arguments, run from the workspace root. It uses the cargo that
+/// runs xtask (`$CARGO`), so the toolchain stays the same.
+fn cargo<const N: usize>(args: [&str; N]) -> Command {
+    let mut cmd = Command::new(env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    cmd.args(args);
+    cmd
+}
+
+/// The workspace root: the parent of xtask's own manifest directory.
+fn workspace_root() -> PathBuf {
+    let manifest = env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| env!("CARGO_MANIFEST_DIR").into(), PathBuf::from);
+    manifest
+        .parent()
+        .map_or_else(|| manifest.clone(), PathBuf::from)
+}
+
+/// Runs `cmd` from the workspace root as step `step`, printing `==> step` first; a failure
+/// names the command line and its exit status.
+fn run(step: &str, mut cmd: Command) -> Result<(), Failure> {
+    eprintln!("==> {step}");
+    let line = command_line(&cmd);
+    let fail = |reason: String| Failure {
+        step: step.to_owned(),
+        reason,
+    };
+    match cmd.current_dir(workspace_root()).status() {
+        Ok(status) if status.success() => Ok(()),
+        Ok(status) => Err(fail(format!("`{line}` failed ({status})"))),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            Err(fail(format!("`{line}`: program not found")))
+        }
+        Err(e) => Err(fail(format!("`{line}` could not start: {e}"))),
+    }
+}
+
+/// The command as one would type it (program name without its directory).
+fn command_line(cmd: &Command) -> String {
+    let program = PathBuf::from(cmd.get_program());
+    let name = program
+        .file_name()
+        .unwrap_or(cmd.get_program())
+        .to_string_lossy()
+        .into_owned();
+    let args = cmd.get_args().map(|a| a.to_string_lossy().into_owned());
+    std::iter::once(name)
+        .chain(args)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
