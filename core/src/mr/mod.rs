@@ -25,6 +25,10 @@
 //!
 //! Modules: one resource or adaptor per file, named after the type.
 
+pub mod cuda;
+
+pub use cuda::CudaResource;
+
 use std::fmt;
 use std::sync::Arc;
 
