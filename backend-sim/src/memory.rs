@@ -786,6 +786,31 @@ impl State {
         }
     }
 
+    /// A kernel on stream `s` may touch another device's memory only once its context has
+    /// enabled peer access to that device.
+    fn check_peer_access(&mut self, base: u64, s: u64) -> DriverResult<()> {
+        let owner = match self.allocs.get(&base).map(|a| &a.kind) {
+            Some(Kind::Device { device } | Kind::PoolBlock { device, .. }) => *device,
+            _ => return Ok(()),
+        };
+        let st = &self.streams[&s];
+        if owner == st.device || self.contexts[st.ctx as usize].peers.contains(&owner) {
+            return Ok(());
+        }
+        let reason = format!(
+            "device {} has no access to device {owner}'s memory; call enable_peer_access first",
+            st.device
+        );
+        let (call, caller) = (self.call.name(), self.caller);
+        self.violate(Violation::PeerAccess {
+            call,
+            addr: base,
+            caller,
+            reason: reason.clone(),
+        });
+        Err(self.err(CudaCode::ILLEGAL_ADDRESS, reason))
+    }
+
     /// Records an access and reports a race with any earlier unordered conflicting access.
     #[allow(
         clippy::too_many_arguments,
@@ -884,6 +909,9 @@ impl State {
         duration_ns: u64,
     ) -> DriverResult<u64> {
         let (base, target) = self.resolve(p, addr, len, who != Who::Host, kernel)?;
+        if let (true, Who::Stream(s)) = (kernel, who) {
+            self.check_peer_access(base, s)?;
+        }
         let migrate = kernel || who == Who::Host;
         let migration_ns = self.touch_managed(base, target, len, who, migrate, write);
         let (actor, epoch) = match who {

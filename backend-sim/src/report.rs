@@ -49,6 +49,17 @@ pub enum Violation {
         /// The caller tag.
         caller: &'static str,
     },
+    /// A kernel touched another device's memory without peer access enabled.
+    PeerAccess {
+        /// The call that made the access.
+        call: &'static str,
+        /// The allocation touched.
+        addr: u64,
+        /// The caller tag.
+        caller: &'static str,
+        /// Which devices.
+        reason: String,
+    },
     /// Two accesses to the same bytes from different streams (or a stream and the host), at
     /// least one a write, with no ordering between them (event wait or synchronize).
     Race {
@@ -77,6 +88,9 @@ impl fmt::Display for Violation {
                 f,
                 "out of bounds: {call} by [{caller}] touched {len} bytes at {addr:#x}, past the end of any allocation"
             ),
+            Violation::PeerAccess { call, addr, caller, reason } => {
+                write!(f, "peer access: {call} by [{caller}] at {addr:#x}: {reason}")
+            }
             Violation::Race { addr, first, second } => write!(
                 f,
                 "race at {addr:#x}: {first} and then {second} with no event wait or synchronize between them"

@@ -865,3 +865,33 @@ fn opening_an_ipc_handle_happens_after_making_it() {
         exporter.report()
     );
 }
+
+#[test]
+fn a_kernel_touches_a_peer_device_only_after_peer_access_is_enabled() {
+    let g = SimDriver::new(SimConfig::new(8).devices(2).memory_per_device(GIB)).unwrap();
+    let on_dev0 = g.mem_alloc(4096).unwrap();
+    let (c0, c1) = (
+        g.primary_context(DeviceId(0)).unwrap(),
+        g.primary_context(DeviceId(1)).unwrap(),
+    );
+    g.set_current_context(c1).unwrap();
+    let s1 = g.stream_create(true).unwrap();
+    assert_eq!(
+        code(g.device_access(on_dev0, 16, s1, false)),
+        CudaCode::ILLEGAL_ADDRESS
+    );
+    assert!(matches!(
+        g.report().violations[0],
+        Violation::PeerAccess { .. }
+    ));
+    // Copies go through the copy engine and need no peer access.
+    g.memcpy_dtoh(&mut [0; 16], on_dev0, Some(s1)).unwrap();
+    assert!(g.can_access_peer(DeviceId(1), DeviceId(0)).unwrap());
+    g.enable_peer_access(c0).unwrap();
+    g.device_access(on_dev0, 16, s1, false).unwrap();
+    assert_eq!(
+        code(g.enable_peer_access(c0)),
+        CudaCode::PEER_ACCESS_ALREADY_ENABLED
+    );
+    assert_eq!(g.report().violations.len(), 1);
+}
