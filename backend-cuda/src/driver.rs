@@ -162,7 +162,10 @@ impl CudaDriver {
 
     /// The raw stream for `s`, checked: the legacy default stream, or one this driver made.
     fn stream(&self, s: StreamId) -> DriverResult<sys::CUstream> {
-        if s == StreamId::DEFAULT || self.lock().streams.contains_key(&s.0) {
+        if s == StreamId::DEFAULT
+            || s == StreamId::PER_THREAD
+            || self.lock().streams.contains_key(&s.0)
+        {
             Ok(as_stream(s.0))
         } else {
             Err(DriverError::new(
@@ -530,11 +533,11 @@ impl Driver for CudaDriver {
     }
 
     fn stream_destroy(&self, s: StreamId) -> DriverResult<()> {
-        if s == StreamId::DEFAULT {
+        if s == StreamId::DEFAULT || s == StreamId::PER_THREAD {
             return Err(DriverError::new(
                 "cuStreamDestroy",
                 CudaCode::INVALID_HANDLE,
-                "the legacy default stream cannot be destroyed",
+                "a default stream (legacy or per-thread) cannot be destroyed",
             ));
         }
         let raw = self.stream(s)?;

@@ -211,7 +211,11 @@ impl SimDriver {
                 add(&mut r.pools, 0);
             }
         }
-        r.streams.count = st.streams.values().filter(|s| !s.is_default).count() as u64;
+        r.streams.count = st
+            .streams
+            .values()
+            .filter(|s| !s.is_default && !s.per_thread)
+            .count() as u64;
         r.events.count = st.events.len() as u64;
         r
     }

@@ -133,6 +133,8 @@ pub(crate) struct Stream {
     pub(crate) actor: Actor,
     pub(crate) non_blocking: bool,
     pub(crate) is_default: bool,
+    /// A per-thread default stream: blocking, made on first use, never destroyed.
+    pub(crate) per_thread: bool,
     pub(crate) busy_until: u64,
     pub(crate) clock: VClock,
 }
@@ -219,6 +221,8 @@ pub(crate) struct State {
     /// Recently freed allocations: base → size.
     pub(crate) freed: BTreeMap<u64, u64>,
     pub(crate) registrations: BTreeMap<u64, Registration>,
+    /// Per-thread default streams by (context, thread).
+    pub(crate) per_thread_streams: BTreeMap<(u32, u64), u64>,
     /// The exporting host's clock when each IPC handle was last made: opening a handle
     /// happens after making it (the handle travels from one process to the other).
     pub(crate) ipc_exports: BTreeMap<u64, VClock>,
@@ -275,6 +279,7 @@ impl State {
             allocs: BTreeMap::new(),
             freed: BTreeMap::new(),
             registrations: BTreeMap::new(),
+            per_thread_streams: BTreeMap::new(),
             ipc_exports: BTreeMap::new(),
             contents: BTreeMap::new(),
             managed_va_next: MANAGED_VA,
@@ -353,6 +358,7 @@ impl State {
                     actor,
                     non_blocking: false,
                     is_default: true,
+                    per_thread: false,
                     busy_until: 0,
                     clock: VClock::default(),
                 },

@@ -12,13 +12,24 @@ use crate::clock::{Actor, VClock};
 use crate::state::{Event, State, Stream};
 
 impl State {
-    /// Resolves a stream handle of process `p` (the default stream to the current context's).
-    pub(crate) fn stream(&self, p: u32, stream: StreamId) -> DriverResult<u64> {
+    /// Resolves a stream handle of process `p`: the legacy default stream to the current
+    /// context's, the per-thread default stream to this thread's (made on first use).
+    pub(crate) fn stream(&mut self, p: u32, stream: StreamId) -> DriverResult<u64> {
         if stream == StreamId::DEFAULT {
             return Ok(self.contexts[self.current_ctx(p) as usize].default_stream);
         }
+        if stream == StreamId::PER_THREAD {
+            let ctx = self.current_ctx(p);
+            let key = (ctx, crate::state::thread_key());
+            if let Some(&s) = self.per_thread_streams.get(&key) {
+                return Ok(s);
+            }
+            let s = self.new_stream(p, ctx, false, true);
+            self.per_thread_streams.insert(key, s);
+            return Ok(s);
+        }
         match self.streams.get(&stream.0) {
-            Some(s) if s.process == p && !s.is_default => Ok(stream.0),
+            Some(s) if s.process == p && !s.is_default && !s.per_thread => Ok(stream.0),
             _ => Err(self.err(
                 CudaCode::INVALID_HANDLE,
                 format!(
@@ -83,6 +94,12 @@ impl State {
 
     pub(crate) fn stream_create(&mut self, p: u32, non_blocking: bool) -> DriverResult<u64> {
         let ctx = self.current_ctx(p);
+        let id = self.new_stream(p, ctx, non_blocking, false);
+        self.charge(p, self.cfg.costs.stream_create_ns);
+        Ok(id)
+    }
+
+    fn new_stream(&mut self, p: u32, ctx: u32, non_blocking: bool, per_thread: bool) -> u64 {
         let id = self.handle();
         let actor = self.actor();
         let device = self.contexts[ctx as usize].device;
@@ -95,20 +112,20 @@ impl State {
                 actor,
                 non_blocking,
                 is_default: false,
+                per_thread,
                 busy_until: self.processes[p as usize].now,
                 clock: VClock::default(),
             },
         );
         self.contexts[ctx as usize].streams.push(id);
-        self.charge(p, self.cfg.costs.stream_create_ns);
-        Ok(id)
+        id
     }
 
     pub(crate) fn stream_destroy(&mut self, p: u32, stream: StreamId) -> DriverResult<()> {
-        if stream == StreamId::DEFAULT {
+        if stream == StreamId::DEFAULT || stream == StreamId::PER_THREAD {
             return Err(self.err(
                 CudaCode::INVALID_HANDLE,
-                "the legacy default stream cannot be destroyed",
+                "a default stream (legacy or per-thread) cannot be destroyed",
             ));
         }
         let s = self.stream(p, stream)?;

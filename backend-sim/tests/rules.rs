@@ -895,3 +895,32 @@ fn a_kernel_touches_a_peer_device_only_after_peer_access_is_enabled() {
     );
     assert_eq!(g.report().violations.len(), 1);
 }
+
+#[test]
+fn each_thread_has_its_own_per_thread_default_stream() {
+    let g = gpu();
+    let a = g.mem_alloc(4096).unwrap();
+    g.memset_d8(a, 1, 4096, Some(StreamId::PER_THREAD)).unwrap();
+    // The same thread's per-thread stream is ordered with itself.
+    g.memset_d8(a, 2, 4096, Some(StreamId::PER_THREAD)).unwrap();
+    assert_eq!(g.report().races().count(), 0);
+    // Another thread's per-thread stream is a different stream: unordered, a race.
+    let g2 = g.clone();
+    std::thread::spawn(move || {
+        g2.memset_d8(a, 3, 4096, Some(StreamId::PER_THREAD))
+            .unwrap()
+    })
+    .join()
+    .unwrap();
+    assert_eq!(g.report().races().count(), 1);
+    assert_eq!(
+        code(g.stream_destroy(StreamId::PER_THREAD)),
+        CudaCode::INVALID_HANDLE
+    );
+    g.mem_free(a).unwrap();
+    assert!(
+        g.report().nothing_held(),
+        "per-thread streams are not leaks: {}",
+        g.report()
+    );
+}

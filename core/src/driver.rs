@@ -76,6 +76,9 @@ handle!(
 impl StreamId {
     /// The legacy default stream (`0` in CUDA).
     pub const DEFAULT: StreamId = StreamId(0);
+    /// The calling thread's per-thread default stream (`CU_STREAM_PER_THREAD`, `0x2`): a
+    /// blocking stream of the current context, one per thread, never destroyed.
+    pub const PER_THREAD: StreamId = StreamId(2);
 }
 
 impl DevicePtr {
