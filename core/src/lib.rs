@@ -4,12 +4,14 @@
 //! Modules:
 //! - [`driver`]: the [`Driver`] trait, the one seam between emm and a GPU, and its typed handles.
 //! - [`error`]: [`DriverError`] and CUDA result codes ([`CudaCode`]).
+//! - [`containers`]: `DeviceBuffer`, `DeviceVec`, `DeviceScalar`, streams, the current resource.
 //! - [`attribution`]: caller tags, so a backend can log which layer made each driver call.
 //! - [`mr`]: memory resources and adaptors (RMM's model): the [`mr::DeviceMemoryResource`] trait.
 //! - [`units`]: byte-count formatting for error messages.
 //! - [`workloads`]: the standard allocation workloads W1, W2, W3 (`shared/workloads.md`).
 
 pub mod attribution;
+pub mod containers;
 pub mod driver;
 pub mod error;
 pub mod mr;
