@@ -67,7 +67,9 @@ mod tests {
         let log = Arc::new(Mutex::new(Vec::new()));
         let (a, b) = (Arc::clone(&log), Arc::clone(&log));
         let g = DeferCleanupGuard::new(move || a.lock().unwrap().push("outer"))
-            .and(DeferCleanupGuard::new(move || b.lock().unwrap().push("inner")))
+            .and(DeferCleanupGuard::new(move || {
+                b.lock().unwrap().push("inner")
+            }))
             .and(DeferCleanupGuard::nothing());
         assert_eq!(g.holds(), 2);
         drop(g);

@@ -110,14 +110,21 @@ impl IpcHandle {
     ///
     /// [`EmmError::IpcAlreadyOpened`] when open already; a driver error when the handle cannot
     /// be opened (freed, from another machine, opened in its own process).
-    pub fn open(&mut self, driver: Arc<dyn Driver>, context: ContextId) -> EmmResult<MemoryPointer> {
+    pub fn open(
+        &mut self,
+        driver: Arc<dyn Driver>,
+        context: ContextId,
+    ) -> EmmResult<MemoryPointer> {
         if let Some(o) = &self.opened {
             return Err(EmmError::IpcAlreadyOpened { at: o.mapped });
         }
         let size = usize::try_from(self.size).map_err(|_| {
             EmmError::invalid(
                 "IpcHandle::open",
-                format!("size {} does not fit this process's address space", self.size),
+                format!(
+                    "size {} does not fit this process's address space",
+                    self.size
+                ),
             )
         })?;
         let mapped = driver.ipc_open_mem_handle(&IpcMemHandle(self.handle))?;

@@ -7,7 +7,7 @@
 //!   stream-ordered extension), [`Capabilities`], [`MemoryInfo`], [`INTERFACE_VERSION`].
 //! - [`pointer`]: [`MemoryPointer`] — owners, views, finalizers that run exactly once.
 //! - [`host_memory`]: [`MappedMemory`], [`PinnedMemory`], [`HostMemory`].
-//! - [`managed`]: [`ManagedMemory`].
+//! - [`managed`]: [`ManagedMemory`], unified memory.
 //! - [`finalizer`]: [`Finalizer`], [`Dealloc`], [`DeallocSink`].
 //! - [`pending`]: [`PendingDeallocs`], Numba's deferred deallocation.
 //! - [`guard`]: [`DeferCleanupGuard`], what `defer_cleanup` returns.
@@ -15,7 +15,7 @@
 //! - [`context`]: [`Context`], one context bound to one manager instance.
 //! - [`stream`]: [`Stream`] and [`Event`], owned by a context.
 //! - [`selection`]: process-wide [`set_memory_manager`] and `EMM_MEMORY_MANAGER`.
-//! - [`error`]: [`EmmError`].
+//! - [`error`]: [`EmmError`], every failure of the contract.
 
 pub mod context;
 pub mod error;
@@ -43,8 +43,7 @@ pub use manager::{
 pub use pending::{PendingDeallocs, PendingDeallocsConfig};
 pub use pointer::{MemoryPointer, PinOwner, Released};
 pub use selection::{
-    clear_memory_manager, current_factory, register_manager, resolve_selection,
-    set_memory_manager, Choice, ManagerFactory, ManagerTarget, Resolution, Selected,
-    MANAGER_ENV_VAR,
+    clear_memory_manager, current_factory, register_manager, resolve_selection, set_memory_manager,
+    Choice, ManagerFactory, ManagerTarget, Resolution, Selected, MANAGER_ENV_VAR,
 };
 pub use stream::{Event, Stream};

@@ -87,7 +87,10 @@ pub struct Resolution<'a> {
 /// The selection rule, without touching the environment: `env_value` is the value of
 /// `EMM_MEMORY_MANAGER` (unset or blank: none), `requested` the name of the factory the
 /// program set (if any). The environment wins, with a warning when it overrides the program.
-pub fn resolve_selection<'a>(env_value: Option<&'a str>, requested: Option<&str>) -> Resolution<'a> {
+pub fn resolve_selection<'a>(
+    env_value: Option<&'a str>,
+    requested: Option<&str>,
+) -> Resolution<'a> {
     let env = env_value.map(str::trim).filter(|v| !v.is_empty());
     let Some(v) = env else {
         let choice = if requested.is_some() {
@@ -232,12 +235,17 @@ pub fn current_factory_with_env(env_value: Option<&str>) -> EmmResult<Arc<dyn Ma
     let factory = match resolve_selection(env_value, requested.as_deref()).choice {
         Choice::Requested => reg.requested.clone(),
         Choice::Default => reg.builtins.get(DEFAULT_MANAGER_NAME).cloned(),
-        Choice::Named(n) => Some(reg.builtins.get(n).cloned().ok_or_else(|| {
-            EmmError::UnknownManager {
-                name: n.to_string(),
-                known: reg.builtins.keys().cloned().collect::<Vec<_>>().join(", "),
-            }
-        })?),
+        Choice::Named(n) => {
+            Some(
+                reg.builtins
+                    .get(n)
+                    .cloned()
+                    .ok_or_else(|| EmmError::UnknownManager {
+                        name: n.to_string(),
+                        known: reg.builtins.keys().cloned().collect::<Vec<_>>().join(", "),
+                    })?,
+            )
+        }
         Choice::WasmPlugin(path) => {
             let Some(loader) = reg.loader.clone() else {
                 return Err(EmmError::unsupported(

@@ -32,8 +32,8 @@ use crate::contract::{
     PendingDeallocsConfig, PinOwner, INTERFACE_VERSION,
 };
 use crate::driver::{ContextId, Driver, HostPtr, StreamId};
-use crate::mr::{DeviceMemoryResource, MrError};
 use crate::managers::host_side::HostSide;
+use crate::mr::{DeviceMemoryResource, MrError};
 
 type ResetHook = Box<dyn Fn() -> EmmResult<()> + Send + Sync>;
 type DeferHook = Box<dyn Fn() -> DeferCleanupGuard + Send + Sync>;
@@ -48,7 +48,8 @@ impl<R: DeviceMemoryResource> DeallocSink for ResourceSink<R> {
     fn add(&self, item: Dealloc) {
         let result = match item {
             Dealloc::Device { ptr, bytes } => {
-                self.resource.deallocate(ptr, bytes as usize, StreamId::DEFAULT)
+                self.resource
+                    .deallocate(ptr, bytes as usize, StreamId::DEFAULT)
             }
             Dealloc::DeviceAsync { ptr, bytes, stream } => {
                 self.resource.deallocate(ptr, bytes as usize, stream)
@@ -109,7 +110,10 @@ impl<R: DeviceMemoryResource + 'static, D: Driver + ?Sized> HostOnlyManager<R, D
 
     /// Runs `hook` in `reset` for the device side, before the host side's reset (which runs
     /// even when the hook fails).
-    pub fn with_reset_hook(mut self, hook: impl Fn() -> EmmResult<()> + Send + Sync + 'static) -> Self {
+    pub fn with_reset_hook(
+        mut self,
+        hook: impl Fn() -> EmmResult<()> + Send + Sync + 'static,
+    ) -> Self {
         self.on_reset = Some(Box::new(hook));
         self
     }
@@ -140,7 +144,11 @@ impl<R: DeviceMemoryResource + 'static, D: Driver + ?Sized> HostOnlyManager<R, D
     /// The first refusal, as [`EmmError::Resource`].
     pub fn take_device_failures(&self) -> EmmResult<()> {
         let first = {
-            let mut f = self.device.failures.lock().unwrap_or_else(|e| e.into_inner());
+            let mut f = self
+                .device
+                .failures
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
             let first = f.drain(..).next();
             first
         };

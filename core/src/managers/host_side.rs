@@ -7,8 +7,8 @@ use std::sync::{Arc, OnceLock};
 use crate::attribution::CallerScope;
 use crate::contract::{
     get_ipc_handle_via_driver, Dealloc, DeallocSink, DeferCleanupGuard, EmmError, EmmResult,
-    Finalizer, HostMemory, IpcHandle, ManagedMemory, MappedMemory, MemoryPointer,
-    PendingDeallocs, PendingDeallocsConfig, PinOwner, PinnedMemory, SourceInfo,
+    Finalizer, HostMemory, IpcHandle, ManagedMemory, MappedMemory, MemoryPointer, PendingDeallocs,
+    PendingDeallocsConfig, PinOwner, PinnedMemory, SourceInfo,
 };
 use crate::driver::{ContextId, DevicePtr, Driver, HostAllocFlags, HostPtr};
 use crate::error::{DriverError, DriverResult};
