@@ -5,7 +5,7 @@
 //! differences. Modules:
 //! - [`manager`]: the [`MemoryManager`] trait (interface v1 plus `memallocmanaged` and the
 //!   stream-ordered extension), [`Capabilities`], [`MemoryInfo`], [`INTERFACE_VERSION`].
-//! - [`pointer`]: [`MemoryPointer`] — owners, views, finalizers that run exactly once.
+//! - [`pointer`](mod@pointer): [`MemoryPointer`] — owners, views, finalizers that run exactly once.
 //! - [`host_memory`]: [`MappedMemory`], [`PinnedMemory`], [`HostMemory`].
 //! - [`managed`]: [`ManagedMemory`], unified memory.
 //! - [`finalizer`]: [`Finalizer`], [`Dealloc`], [`DeallocSink`].

@@ -226,3 +226,45 @@ fn unregister_runs_before_re_pin_of_the_same_range() {
     drop(m);
     assert_eq!(registered.load(Ordering::SeqCst), 0);
 }
+
+/// A free that fails inside a finalizer cannot be returned there; it is recorded and reported
+/// by the next `reset` (as cudarc's `record_err` does), and the rest still run.
+#[test]
+fn a_deferred_free_that_fails_is_reported_by_the_next_reset() {
+    let mut d = driver();
+    let mut seq = Sequence::new();
+    for p in [0x1000, 0x2000] {
+        d.expect_mem_alloc()
+            .times(1)
+            .in_sequence(&mut seq)
+            .returning(move |_| Ok(DevicePtr(p)));
+    }
+    d.expect_mem_free()
+        .with(eq(DevicePtr(0x1000)))
+        .times(1)
+        .in_sequence(&mut seq)
+        .returning(|_| {
+            Err(DriverError::new(
+                "cuMemFree",
+                CudaCode::ILLEGAL_ADDRESS,
+                "mock: a kernel faulted",
+            ))
+        });
+    let frees = counter();
+    expect_frees(&mut d, &mut seq, &[0x2000], &frees);
+    let m = DefaultManager::new(Arc::new(d), CTX);
+    m.initialize().unwrap();
+    drop((m.memalloc(64).unwrap(), m.memalloc(64).unwrap()));
+    let e = m.reset().unwrap_err();
+    assert_eq!(frees.load(Ordering::SeqCst), 1, "the second free still ran");
+    assert!(
+        matches!(&e, EmmError::DeallocationsFailed { count: 1, first } if first.code == CudaCode::ILLEGAL_ADDRESS),
+        "{e}"
+    );
+    assert!(
+        e.to_string()
+            .starts_with("1 deferred deallocation(s) failed"),
+        "{e}"
+    );
+    m.reset().unwrap(); // reported once
+}
