@@ -213,6 +213,7 @@ impl fmt::Debug for IpcMemHandle {
 ///
 /// A `stream` of `None` in the copy calls means the synchronous form (`cuMemcpyHtoD`), which
 /// returns after the copy is complete.
+#[cfg_attr(test, mockall::automock)]
 pub trait Driver: Send + Sync + 'static {
     /// A short name of the backend, e.g. `sim` or `cuda`.
     fn backend_name(&self) -> &'static str;

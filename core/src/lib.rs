@@ -6,14 +6,18 @@
 //! - [`error`]: [`DriverError`] and CUDA result codes ([`CudaCode`]).
 //! - [`containers`]: `DeviceBuffer`, `DeviceVec`, `DeviceScalar`, streams, the current resource.
 //! - [`attribution`]: caller tags, so a backend can log which layer made each driver call.
+//! - [`contract`]: the EMM plugin contract: [`contract::MemoryManager`], pointers, [`contract::Context`].
+//! - [`managers`]: the built-in managers ([`managers::DefaultManager`], [`managers::HostOnlyManager`]).
 //! - [`mr`]: memory resources and adaptors (RMM's model): the [`mr::DeviceMemoryResource`] trait.
 //! - [`units`]: byte-count formatting for error messages.
 //! - [`workloads`]: the standard allocation workloads W1, W2, W3 (`shared/workloads.md`).
 
 pub mod attribution;
 pub mod containers;
+pub mod contract;
 pub mod driver;
 pub mod error;
+pub mod managers;
 pub mod mr;
 pub mod units;
 pub mod workloads;

@@ -1,0 +1,49 @@
+//! The EMM plugin contract: managers, pointers, contexts, deferred cleanup and IPC.
+//!
+//! The contract of NBEP 7 (`shared/seeds/001_…`) as shipped in Numba's reference
+//! (`shared/seeds/004_…`); where they differ emm follows 004, and [`manager`] lists the
+//! differences. Modules:
+//! - [`manager`]: the [`MemoryManager`] trait (interface v1 plus `memallocmanaged` and the
+//!   stream-ordered extension), [`Capabilities`], [`MemoryInfo`], [`INTERFACE_VERSION`].
+//! - [`pointer`](mod@pointer): [`MemoryPointer`] — owners, views, finalizers that run exactly once.
+//! - [`host_memory`]: [`MappedMemory`], [`PinnedMemory`], [`HostMemory`].
+//! - [`managed`]: [`ManagedMemory`], unified memory.
+//! - [`finalizer`]: [`Finalizer`], [`Dealloc`], [`DeallocSink`].
+//! - [`pending`]: [`PendingDeallocs`], Numba's deferred deallocation.
+//! - [`guard`]: [`DeferCleanupGuard`], what `defer_cleanup` returns.
+//! - [`ipc`]: [`IpcHandle`] (serde) and the default `get_ipc_handle`.
+//! - [`context`]: [`Context`], one context bound to one manager instance.
+//! - [`stream`]: [`Stream`] and [`Event`], owned by a context.
+//! - [`selection`]: process-wide [`set_memory_manager`] and `EMM_MEMORY_MANAGER`.
+//! - [`error`]: [`EmmError`], every failure of the contract.
+
+pub mod context;
+pub mod error;
+pub mod finalizer;
+pub mod guard;
+pub mod host_memory;
+pub mod ipc;
+pub mod managed;
+pub mod manager;
+pub mod pending;
+pub mod pointer;
+pub mod selection;
+pub mod stream;
+
+pub use context::Context;
+pub use error::{EmmError, EmmResult};
+pub use finalizer::{Dealloc, DeallocSink, Finalizer};
+pub use guard::DeferCleanupGuard;
+pub use host_memory::{HostMemory, MappedMemory, PinnedMemory};
+pub use ipc::{get_ipc_handle_via_driver, IpcHandle, SourceInfo};
+pub use managed::ManagedMemory;
+pub use manager::{
+    check_interface_version, Capabilities, MemoryInfo, MemoryManager, INTERFACE_VERSION,
+};
+pub use pending::{PendingDeallocs, PendingDeallocsConfig};
+pub use pointer::{MemoryPointer, PinOwner, Released};
+pub use selection::{
+    clear_memory_manager, current_factory, register_manager, resolve_selection, set_memory_manager,
+    Choice, ManagerFactory, ManagerTarget, Resolution, Selected, MANAGER_ENV_VAR,
+};
+pub use stream::{Event, Stream};

@@ -1,0 +1,307 @@
+//! The host side every built-in manager shares: `memhostalloc`, `mempin`, `memallocmanaged`,
+//! their pending deallocations, and Numba's out-of-memory flush-and-retry.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use crate::attribution::CallerScope;
+use crate::contract::{
+    get_ipc_handle_via_driver, Dealloc, DeallocSink, DeferCleanupGuard, EmmError, EmmResult,
+    Finalizer, HostMemory, IpcHandle, ManagedMemory, MappedMemory, MemoryPointer, PendingDeallocs,
+    PendingDeallocsConfig, PinOwner, PinnedMemory, SourceInfo,
+};
+use crate::driver::{ContextId, DevicePtr, Driver, HostAllocFlags, HostPtr};
+use crate::error::{DriverError, DriverResult};
+
+/// The host side of a manager (the seed's `HostOnlyCUDAMemoryManager` without `memalloc`).
+pub(crate) struct HostSide<D: Driver + ?Sized> {
+    pub(crate) driver: Arc<D>,
+    pub(crate) context: ContextId,
+    pub(crate) tag: &'static str,
+    pub(crate) pending: Arc<PendingDeallocs<D>>,
+    pub(crate) sink: Arc<dyn DeallocSink>,
+    initialized: AtomicBool,
+    source_info: OnceLock<SourceInfo>,
+}
+
+impl<D: Driver + ?Sized> HostSide<D> {
+    pub(crate) fn new(
+        driver: Arc<D>,
+        context: ContextId,
+        tag: &'static str,
+        config: PendingDeallocsConfig,
+    ) -> Self {
+        let pending = Arc::new(PendingDeallocs::new(Arc::clone(&driver), tag, config));
+        pending.set_context(context);
+        let sink: Arc<dyn DeallocSink> = pending.clone();
+        HostSide {
+            driver,
+            context,
+            tag,
+            pending,
+            sink,
+            initialized: AtomicBool::new(false),
+            source_info: OnceLock::new(),
+        }
+    }
+
+    /// Sets the byte threshold from the device's memory; later calls change nothing.
+    pub(crate) fn initialize(&self) -> EmmResult<()> {
+        if self.initialized.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let _scope = CallerScope::enter(self.tag);
+        let total = self.driver.mem_get_info()?.total;
+        self.pending.set_capacity(total);
+        self.initialized.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    pub(crate) fn require_initialized(&self, operation: &'static str) -> EmmResult<()> {
+        if self.initialized.load(Ordering::Acquire) {
+            Ok(())
+        } else {
+            Err(EmmError::NotInitialized {
+                manager: self.tag.to_string(),
+                operation,
+            })
+        }
+    }
+
+    /// Refuses size 0 and checks the manager is initialized.
+    pub(crate) fn check_request(&self, operation: &'static str, size: usize) -> EmmResult<()> {
+        if size == 0 {
+            return Err(EmmError::invalid(
+                operation,
+                "size is 0 bytes; ask for at least 1 byte",
+            ));
+        }
+        self.require_initialized(operation)
+    }
+
+    /// Numba's `_attempt_allocation`: on out of memory, flush pending deallocations (unless a
+    /// `defer_cleanup` guard holds them) and try exactly once more.
+    pub(crate) fn attempt<T>(&self, allocate: impl Fn() -> DriverResult<T>) -> DriverResult<T> {
+        match allocate() {
+            Err(e) if e.is_out_of_memory() => {
+                self.pending.release_pending();
+                allocate()
+            }
+            other => other,
+        }
+    }
+
+    /// The error for a failed allocation: out of memory with what is free, or the driver's.
+    pub(crate) fn alloc_error(&self, requested: usize, e: DriverError) -> EmmError {
+        if e.is_out_of_memory() {
+            EmmError::OutOfMemory {
+                manager: self.tag.to_string(),
+                requested: requested as u64,
+                available: self.driver.mem_get_info().ok().map(|i| i.free),
+            }
+        } else {
+            EmmError::Driver(e)
+        }
+    }
+
+    pub(crate) fn finalizer(&self, item: Dealloc) -> Option<Finalizer> {
+        Some(Finalizer::enqueue(Arc::clone(&self.sink), item))
+    }
+
+    pub(crate) fn memhostalloc(
+        &self,
+        size: usize,
+        mapped: bool,
+        portable: bool,
+        wc: bool,
+    ) -> EmmResult<HostMemory> {
+        self.check_request("memhostalloc", size)?;
+        let _scope = CallerScope::enter(self.tag);
+        let flags = HostAllocFlags {
+            mapped,
+            portable,
+            write_combined: wc,
+        };
+        let host = self
+            .attempt(|| self.driver.host_alloc(size, flags))
+            .map_err(|e| self.alloc_error(size, e))?;
+        let finalizer = self.finalizer(Dealloc::Host {
+            ptr: host,
+            bytes: size as u64,
+        });
+        if !mapped {
+            return Ok(HostMemory::Pinned(PinnedMemory::new(
+                self.context,
+                host,
+                size,
+                None,
+                finalizer,
+            )));
+        }
+        let device = self.device_pointer(host, || self.driver.host_free(host))?;
+        Ok(HostMemory::Mapped(MappedMemory::new(
+            self.context,
+            host,
+            device,
+            size,
+            None,
+            finalizer,
+        )))
+    }
+
+    pub(crate) fn mempin(
+        &self,
+        owner: Option<PinOwner>,
+        ptr: HostPtr,
+        size: usize,
+        mapped: bool,
+    ) -> EmmResult<HostMemory> {
+        self.check_request("mempin", size)?;
+        let _scope = CallerScope::enter(self.tag);
+        // An earlier pin of this range may still wait for its unpin: run it first.
+        self.pending.flush_unpins_overlapping(ptr, size as u64)?;
+        self.attempt(|| self.driver.host_register(ptr, size, mapped))
+            .map_err(|e| self.alloc_error(size, e))?;
+        let finalizer = self.finalizer(Dealloc::Unpin {
+            ptr,
+            len: size as u64,
+        });
+        if !mapped {
+            return Ok(HostMemory::Pinned(PinnedMemory::new(
+                self.context,
+                ptr,
+                size,
+                owner,
+                finalizer,
+            )));
+        }
+        let device = self.device_pointer(ptr, || self.driver.host_unregister(ptr))?;
+        Ok(HostMemory::Mapped(MappedMemory::new(
+            self.context,
+            ptr,
+            device,
+            size,
+            owner,
+            finalizer,
+        )))
+    }
+
+    /// The device address of mapped host memory; on failure undoes the allocation or pin.
+    fn device_pointer(
+        &self,
+        host: HostPtr,
+        undo: impl FnOnce() -> DriverResult<()>,
+    ) -> EmmResult<DevicePtr> {
+        self.driver.host_device_pointer(host).map_err(|e| {
+            // The undo's own failure would hide the cause; the cause is what the caller needs.
+            let _ = undo();
+            EmmError::Driver(e)
+        })
+    }
+
+    pub(crate) fn memallocmanaged(
+        &self,
+        size: usize,
+        attach_global: bool,
+    ) -> EmmResult<ManagedMemory> {
+        self.check_request("memallocmanaged", size)?;
+        let _scope = CallerScope::enter(self.tag);
+        let ptr = self
+            .attempt(|| self.driver.mem_alloc_managed(size, attach_global))
+            .map_err(|e| self.alloc_error(size, e))?;
+        let finalizer = self.finalizer(Dealloc::Managed {
+            ptr,
+            bytes: size as u64,
+        });
+        Ok(ManagedMemory::new(self.context, ptr, size, finalizer))
+    }
+
+    pub(crate) fn get_ipc_handle(&self, memory: &MemoryPointer) -> EmmResult<IpcHandle> {
+        if memory.context() != self.context {
+            return Err(EmmError::invalid(
+                "get_ipc_handle",
+                format!(
+                    "the pointer belongs to {}, not to this manager's {}; ask that context's \
+                     manager",
+                    memory.context(),
+                    self.context
+                ),
+            ));
+        }
+        let _scope = CallerScope::enter(self.tag);
+        let source = match self.source_info.get() {
+            Some(s) => s.clone(),
+            None => {
+                let device = self.driver.context_device(self.context)?;
+                let s = SourceInfo::of(&*self.driver, device)?;
+                self.source_info.get_or_init(|| s).clone()
+            }
+        };
+        get_ipc_handle_via_driver(&*self.driver, memory, source)
+    }
+
+    /// Takes `memory` apart for `memfree_async`: `Some(item)` (a [`Dealloc::DeviceAsync`]) for
+    /// stream-ordered memory this manager allocated (the caller frees it on the new stream,
+    /// and hands `item` back to the sink if that fails). Memory from
+    /// `memalloc` is handed to its usual path (its free synchronizes, so it is ordered after
+    /// the stream's work) and gives `None`.
+    pub(crate) fn release_async(
+        &self,
+        memory: MemoryPointer,
+        sink: &Arc<dyn DeallocSink>,
+    ) -> EmmResult<Option<Dealloc>> {
+        let released = memory.try_release().map_err(|m| {
+            let (owners, offset) = (m.owner_count(), m.offset());
+            drop(m);
+            EmmError::invalid(
+                "memfree_async",
+                format!(
+                    "the pointer is a view (offset {offset}) or other owners are alive                      ({owners} in all); free the whole allocation through its last owner                      (it is freed as usual when the last owner is dropped)"
+                ),
+            )
+        })?;
+        let Some(finalizer) = released.finalizer else {
+            return Err(EmmError::invalid(
+                "memfree_async",
+                "the pointer has no finalizer, so no manager owns it; nothing was freed",
+            ));
+        };
+        if !finalizer.targets(sink) {
+            finalizer.run();
+            return Err(EmmError::invalid(
+                "memfree_async",
+                format!(
+                    "the pointer was not allocated by {}; it was released by its own finalizer                      instead",
+                    self.tag
+                ),
+            ));
+        }
+        match finalizer.into_enqueued() {
+            Ok((_, item @ Dealloc::DeviceAsync { .. })) => Ok(Some(item)),
+            Ok((sink, item)) => {
+                sink.add(item);
+                Ok(None)
+            }
+            Err(user) => {
+                user.run();
+                Ok(None)
+            }
+        }
+    }
+
+    /// Flushes every pending deallocation, even under a guard.
+    pub(crate) fn reset(&self) -> EmmResult<()> {
+        self.pending.flush_all()
+    }
+
+    pub(crate) fn defer_cleanup(&self) -> DeferCleanupGuard {
+        self.pending.disable()
+    }
+}
+
+impl<D: Driver + ?Sized> Drop for HostSide<D> {
+    fn drop(&mut self) {
+        // Memory still held by users is freed by its finalizers, at once from now on.
+        let _ = self.pending.close();
+    }
+}

@@ -1,0 +1,17 @@
+//! The built-in memory managers (EMM plugins).
+//!
+//! - [`default`]: [`DefaultManager`], Numba's own behaviour — direct driver allocation with
+//!   deferred, batched deallocation. Registered as `default`.
+//! - [`host_only`]: [`HostOnlyManager`], the host side of the contract over any
+//!   [`crate::mr::DeviceMemoryResource`]: how a resource chain becomes a plugin.
+//! - `host_side`: the host-memory half both share (pinning, mapped and managed memory).
+
+pub mod default;
+pub mod host_only;
+mod host_side;
+
+pub use default::{DefaultManager, DEFAULT_MANAGER_NAME};
+pub use host_only::HostOnlyManager;
+
+#[cfg(test)]
+mod mock_tests;
