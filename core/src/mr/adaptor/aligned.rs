@@ -17,8 +17,10 @@
 //!   loads). Calls at 256 go straight through; an over-aligned call wastes up to `a - 256`
 //!   bytes and costs a lock and, when shifted, a hash insert.
 //!
-//! A memory must be freed with the size and alignment it was allocated with: the size of the
-//! upstream allocation is computed from them.
+//! Memory must be freed with the size and alignment it was allocated with: the size of the
+//! upstream allocation is computed from them. A shifted pointer freed at another alignment is
+//! [`MrError::InvalidFree`]; for the rest only the upstream can tell (put a `TrackingAdaptor`
+//! in front to check every free).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -29,14 +31,22 @@ use crate::mr::{
     assert_resource, check_alignment, DeviceMemoryResource, MrError, MrResult, MIN_ALIGNMENT,
 };
 
+/// Where a shifted allocation really starts.
+#[derive(Clone, Copy)]
+struct Shifted {
+    base: u64,
+    alignment: usize,
+}
+
 /// Aligns allocations to any power of two; see the [module docs](self).
 pub struct AlignedAdaptor<Up> {
     upstream: Up,
     /// The alignment of plain `allocate` calls of at least `threshold` bytes.
     alignment: usize,
     threshold: usize,
-    /// Returned (aligned) pointer → the upstream's pointer, for shifted allocations only.
-    shifted: Mutex<HashMap<u64, u64>>,
+    /// Returned (aligned) pointer → the upstream's pointer and the alignment, for shifted
+    /// allocations only.
+    shifted: Mutex<HashMap<u64, Shifted>>,
 }
 
 impl<Up: DeviceMemoryResource> AlignedAdaptor<Up> {
@@ -130,7 +140,13 @@ impl<Up: DeviceMemoryResource> AlignedAdaptor<Up> {
             return Err(oom());
         };
         if aligned != base.0 {
-            lock(&self.shifted).insert(aligned, base.0);
+            lock(&self.shifted).insert(
+                aligned,
+                Shifted {
+                    base: base.0,
+                    alignment,
+                },
+            );
         }
         Ok(DevicePtr(aligned))
     }
@@ -158,12 +174,31 @@ impl<Up: DeviceMemoryResource> AlignedAdaptor<Up> {
                 ),
             });
         };
-        let base = lock(&self.shifted).remove(&ptr.0);
+        let shifted = {
+            let mut table = lock(&self.shifted);
+            match table.get(&ptr.0) {
+                Some(s) if s.alignment != alignment => {
+                    return Err(MrError::InvalidFree {
+                        resource: "AlignedAdaptor",
+                        ptr,
+                        bytes: bytes as u64,
+                        reason: format!(
+                            "allocated at alignment {} but freed at {alignment}; free it with \
+                             the alignment it was allocated with",
+                            s.alignment
+                        ),
+                    });
+                }
+                Some(_) => table.remove(&ptr.0),
+                None => None,
+            }
+        };
+        let base = shifted.map_or(ptr, |s| DevicePtr(s.base));
         self.upstream
-            .deallocate(DevicePtr(base.unwrap_or(ptr.0)), size, stream)
+            .deallocate(base, size, stream)
             .inspect_err(|_| {
-                if let Some(b) = base {
-                    lock(&self.shifted).insert(ptr.0, b);
+                if let Some(s) = shifted {
+                    lock(&self.shifted).insert(ptr.0, s);
                 }
             })
     }
