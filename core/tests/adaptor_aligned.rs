@@ -70,8 +70,14 @@ fn with_alignment_aligns_plain_allocations_from_the_threshold() {
     .unwrap();
     assert_eq!((r.alignment(), r.threshold()), (1 << 16, MIB as usize));
     let small = r.allocate(1000, S).unwrap();
-    assert_eq!(r.upstream().bytes_counter().value, 1000, "below the threshold");
-    let big: Vec<DevicePtr> = (0..4).map(|_| r.allocate(MIB as usize, S).unwrap()).collect();
+    assert_eq!(
+        r.upstream().bytes_counter().value,
+        1000,
+        "below the threshold"
+    );
+    let big: Vec<DevicePtr> = (0..4)
+        .map(|_| r.allocate(MIB as usize, S).unwrap())
+        .collect();
     for p in &big {
         assert_eq!(p.0 % (1 << 16), 0, "{p}");
     }
@@ -110,7 +116,10 @@ fn bad_requests_are_refused_and_lose_nothing() {
     let shifted = r.shifted_count();
     assert_eq!(shifted, 1);
     let e = r.deallocate_aligned(p, 5000, 1 << 21, S).unwrap_err();
-    assert!(e.to_string().contains("allocated at alignment 1048576"), "{e}");
+    assert!(
+        e.to_string().contains("allocated at alignment 1048576"),
+        "{e}"
+    );
     assert_eq!(r.shifted_count(), 1, "rolled back");
     r.deallocate_aligned(p, 5000, 1 << 20, S).unwrap();
     assert_eq!(r.shifted_count(), 0);

@@ -35,7 +35,10 @@ fn flushing_a_cache_lets_the_retry_succeed() {
     let r = FailureRetryAdaptor::new(device.clone(), |req: &RetryRequest<'_>| {
         calls.fetch_add(1, Ordering::Relaxed);
         assert!(req.error.is_out_of_memory());
-        assert_eq!((req.bytes, req.stream, req.attempt), (4 * MIB as usize, S, calls.load(Ordering::Relaxed)));
+        assert_eq!(
+            (req.bytes, req.stream, req.attempt),
+            (4 * MIB as usize, S, calls.load(Ordering::Relaxed))
+        );
         // Give back one block per call, as a cache flushing its oldest entry would.
         match cache.lock().unwrap().pop() {
             Some(p) => device.deallocate(p, MIB as usize, S).is_ok(),
@@ -62,7 +65,13 @@ fn a_callback_that_declines_gets_the_out_of_memory_error() {
     });
     let e = r.allocate(2 * MIB as usize, S).unwrap_err();
     assert!(
-        matches!(e, MrError::OutOfMemory { resource: "LimitingAdaptor", .. }),
+        matches!(
+            e,
+            MrError::OutOfMemory {
+                resource: "LimitingAdaptor",
+                ..
+            }
+        ),
         "{e}"
     );
     assert_eq!(calls.load(Ordering::Relaxed), 1);
@@ -79,7 +88,10 @@ fn the_attempt_count_lets_a_callback_stop() {
         calls.fetch_add(1, Ordering::Relaxed);
         req.attempt < 3
     });
-    assert!(r.allocate(2 * MIB as usize, S).unwrap_err().is_out_of_memory());
+    assert!(r
+        .allocate(2 * MIB as usize, S)
+        .unwrap_err()
+        .is_out_of_memory());
     assert_eq!(calls.load(Ordering::Relaxed), 3);
     assert!(r
         .allocate_aligned(2 * MIB as usize, 256, S)

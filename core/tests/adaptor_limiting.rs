@@ -88,7 +88,11 @@ fn a_refused_free_changes_nothing() {
         r.deallocate(p, 4096, S),
         Err(MrError::InvalidFree { .. })
     ));
-    assert_eq!(r.allocated_bytes(), 0, "a double free does not go below zero");
+    assert_eq!(
+        r.allocated_bytes(),
+        0,
+        "a double free does not go below zero"
+    );
     let q = r.allocate(4096, S).unwrap();
     g.inject(Fault::FailNth {
         call: Some(CallKind::MemFree),

@@ -54,7 +54,8 @@ fn fixed_clock() -> Duration {
 fn the_log_is_rmm_csv_exactly() {
     let g = gpu();
     let buf = SharedBuf::default();
-    let log = LoggingAdaptor::new(CudaResource::new(g.clone()), buf.clone()).with_clock(fixed_clock);
+    let log =
+        LoggingAdaptor::new(CudaResource::new(g.clone()), buf.clone()).with_clock(fixed_clock);
     let s = g.stream_create(true).unwrap();
     let a = log.allocate(1024, StreamId::DEFAULT).unwrap();
     let b = log.allocate(2048, s).unwrap();
@@ -91,7 +92,15 @@ fn the_log_is_rmm_csv_exactly() {
     use LogAction::*;
     assert_eq!(
         actions,
-        [Allocate, Allocate, AllocateFailure, Allocate, Free, Free, Free]
+        [
+            Allocate,
+            Allocate,
+            AllocateFailure,
+            Allocate,
+            Free,
+            Free,
+            Free
+        ]
     );
     assert_eq!(parsed.events()[1].pointer, b.0);
     assert_eq!(parsed.events()[1].stream, s.0);
@@ -127,7 +136,13 @@ impl DeviceMemoryResource for SeesTheLog {
         self.inner.allocate(bytes, stream)
     }
     fn deallocate(&self, ptr: DevicePtr, bytes: usize, stream: StreamId) -> MrResult<()> {
-        let last = self.log.text().lines().last().unwrap_or_default().to_string();
+        let last = self
+            .log
+            .text()
+            .lines()
+            .last()
+            .unwrap_or_default()
+            .to_string();
         assert!(
             last.contains(&format!(",free,{:#x},{bytes},", ptr.0)),
             "the free must be logged before the upstream sees it; last line: {last}"
@@ -186,7 +201,10 @@ fn a_write_error_never_fails_an_allocation_and_is_reported() {
     let e = log.check().unwrap_err();
     assert_eq!(e.kind(), io::ErrorKind::StorageFull);
     let msg = e.to_string();
-    assert!(msg.contains("disk full") && msg.contains("incomplete"), "{msg}");
+    assert!(
+        msg.contains("disk full") && msg.contains("incomplete"),
+        "{msg}"
+    );
     assert!(log.flush().is_err());
     assert_eq!(g.report().device_memory.count, 0);
 }

@@ -73,7 +73,10 @@ fn a_new_allocation_is_resident_on_the_device_after_its_stream() {
     let p = r.allocate(size, s).unwrap();
     g.stream_synchronize(s).unwrap();
     assert_eq!(g.residency(p), Some(Location::Device(DeviceId(0))));
-    assert_eq!(g.residency(p.offset(size as u64 - 1)), Some(Location::Device(DeviceId(0))));
+    assert_eq!(
+        g.residency(p.offset(size as u64 - 1)),
+        Some(Location::Device(DeviceId(0)))
+    );
     // The first kernel finds every page there: no fault.
     g.device_access(p, size, s, true).unwrap();
     assert_eq!(g.managed_stats().faults, 0);
@@ -99,7 +102,10 @@ fn a_failed_prefetch_gives_the_memory_back() {
         code: CudaCode::UNKNOWN,
     });
     let e = r.allocate(4096, StreamId::DEFAULT).unwrap_err();
-    assert!(matches!(&e, MrError::Driver(d) if d.code == CudaCode::UNKNOWN), "{e}");
+    assert!(
+        matches!(&e, MrError::Driver(d) if d.code == CudaCode::UNKNOWN),
+        "{e}"
+    );
     assert_eq!(g.report().managed_memory.count, 0, "rolled back");
     let p = r.allocate(4096, StreamId::DEFAULT).unwrap();
     r.deallocate(p, 4096, StreamId::DEFAULT).unwrap();
@@ -111,7 +117,10 @@ fn device_memory_cannot_be_prefetched_and_is_given_back() {
     let g = gpu();
     let r = PrefetchAdaptor::new(CudaResource::new(g.clone()));
     let e = r.allocate(4096, StreamId::DEFAULT).unwrap_err();
-    assert!(matches!(&e, MrError::Driver(d) if d.call == "cuMemPrefetchAsync"), "{e}");
+    assert!(
+        matches!(&e, MrError::Driver(d) if d.call == "cuMemPrefetchAsync"),
+        "{e}"
+    );
     assert_eq!(g.report().device_memory.count, 0);
     assert!(matches!(
         r.allocate_aligned(4096, 256, StreamId::DEFAULT),

@@ -30,7 +30,10 @@ fn statistics_adaptor() {
     check_all(Arc::clone(&r), &g, Alignment::UpTo256);
     let bytes = r.bytes_counter();
     assert_eq!(bytes.value, 0, "everything was freed");
-    assert!(bytes.peak >= GIB as i64, "the 1 GiB block counted: {bytes:?}");
+    assert!(
+        bytes.peak >= GIB as i64,
+        "the 1 GiB block counted: {bytes:?}"
+    );
     assert_released(&g);
 }
 

@@ -45,7 +45,11 @@ fn nested_counters_count_only_their_level_and_fold_back() {
     let before = r.push_counters();
     assert_eq!(before.bytes, c(1000, 1000, 1000));
     assert_eq!(r.depth(), 2);
-    assert_eq!(r.counters(), Counters::default(), "a new level starts at zero");
+    assert_eq!(
+        r.counters(),
+        Counters::default(),
+        "a new level starts at zero"
+    );
 
     let inner = r.allocate(200, S).unwrap();
     let inner2 = r.allocate(300, S).unwrap();

@@ -121,8 +121,19 @@ fn calls_are_serialised_and_the_resource_comes_back() {
     // Each thread reused its own stream's block 99 times.
     assert_eq!(r.upstream().hits, 396);
     assert!(std::ptr::addr_eq(r.driver(), &*r.upstream().driver));
-    let e = r.deallocate(DevicePtr(0x100), 4096, StreamId::DEFAULT).unwrap_err();
-    assert!(matches!(e, MrError::InvalidFree { resource: "StreamCache", .. }), "{e}");
+    let e = r
+        .deallocate(DevicePtr(0x100), 4096, StreamId::DEFAULT)
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            MrError::InvalidFree {
+                resource: "StreamCache",
+                ..
+            }
+        ),
+        "{e}"
+    );
     let cache = r.into_upstream();
     assert_eq!(cache.free.values().map(Vec::len).sum::<usize>(), 4);
     drop(cache);

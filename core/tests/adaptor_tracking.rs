@@ -1,9 +1,7 @@
 //! `TrackingAdaptor`: outstanding allocations, the leak report, backtraces, and bad frees
 //! (wrong size, wrong alignment, foreign, double) refused before they reach the upstream.
 
-use emm_core::mr::{
-    AlignedAdaptor, CudaResource, DeviceMemoryResource, MrError, TrackingAdaptor,
-};
+use emm_core::mr::{AlignedAdaptor, CudaResource, DeviceMemoryResource, MrError, TrackingAdaptor};
 use emm_core::{CudaCode, DevicePtr, Driver, StreamId};
 use emm_sim::{CallKind, Fault, SimConfig, SimDriver, GIB};
 
@@ -38,7 +36,10 @@ fn outstanding_allocations_are_listed_oldest_first() {
     r.deallocate(c, 100, S).unwrap();
     let empty = r.leak_report();
     assert!(empty.is_empty());
-    assert_eq!(empty.to_string(), "TrackingAdaptor: no outstanding allocations");
+    assert_eq!(
+        empty.to_string(),
+        "TrackingAdaptor: no outstanding allocations"
+    );
     g.stream_destroy(s).unwrap();
     assert!(g.report().is_clean(), "{}", g.report());
 }
@@ -53,7 +54,10 @@ fn a_wrong_size_free_is_an_error_and_changes_nothing() {
         panic!("{e}")
     };
     assert_eq!(*bytes, 1000);
-    assert!(reason.contains("wrong size") && reason.contains("1024"), "{e}");
+    assert!(
+        reason.contains("wrong size") && reason.contains("1024"),
+        "{e}"
+    );
     assert_eq!(g.call_count(), calls, "the upstream never saw it");
     assert_eq!(r.outstanding_count(), 1);
     assert_eq!(r.allocated_bytes(), 1024);
@@ -103,10 +107,7 @@ fn a_refused_upstream_free_keeps_the_allocation_tracked() {
         nth: 1,
         code: CudaCode::UNKNOWN,
     });
-    assert!(matches!(
-        r.deallocate(p, 4096, S),
-        Err(MrError::Driver(_))
-    ));
+    assert!(matches!(r.deallocate(p, 4096, S), Err(MrError::Driver(_))));
     assert_eq!(r.outstanding_count(), 1, "rolled back");
     assert_eq!(r.allocated_bytes(), 4096);
     r.deallocate(p, 4096, S).unwrap();

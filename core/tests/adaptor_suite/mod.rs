@@ -6,7 +6,10 @@
 //! before it is freed, so contents that bleed between allocations fail the suite; at the end the
 //! simulator must report no violation (no race) and nothing held.
 
-#![allow(dead_code, reason = "each test binary uses a different part of the suite")]
+#![allow(
+    dead_code,
+    reason = "each test binary uses a different part of the suite"
+)]
 
 use std::sync::Arc;
 
@@ -137,11 +140,17 @@ pub fn alignment_requests(r: &dyn DeviceMemoryResource, g: &SimDriver, align: Al
     match align {
         Alignment::UpTo256 => assert!(matches!(
             r.allocate_aligned(64, 4096, StreamId::DEFAULT),
-            Err(MrError::UnsupportedAlignment { alignment: 4096, .. })
+            Err(MrError::UnsupportedAlignment {
+                alignment: 4096,
+                ..
+            })
         )),
         Alignment::Any => {
             let mut live = Vec::new();
-            for (i, a) in [512usize, 4096, 65536, 1 << 21, 512, 1 << 21].into_iter().enumerate() {
+            for (i, a) in [512usize, 4096, 65536, 1 << 21, 512, 1 << 21]
+                .into_iter()
+                .enumerate()
+            {
                 let size = 3000 * (i + 1);
                 let p = r.allocate_aligned(size, a, StreamId::DEFAULT).unwrap();
                 assert_eq!(p.0 % a as u64, 0, "{p} not aligned to {a}");
@@ -189,7 +198,10 @@ pub fn mixed_random_allocations(r: &dyn DeviceMemoryResource, g: &SimDriver, see
 /// The producer allocates and writes on stream A; the consumer waits on A's event, reads on B
 /// and frees on B.
 pub fn producer_and_consumer_on_two_streams(r: &dyn DeviceMemoryResource, g: &SimDriver) {
-    let (a, b) = (g.stream_create(true).unwrap(), g.stream_create(true).unwrap());
+    let (a, b) = (
+        g.stream_create(true).unwrap(),
+        g.stream_create(true).unwrap(),
+    );
     let done = g.event_create().unwrap();
     let mut sent = Vec::new();
     for i in 0..8u8 {

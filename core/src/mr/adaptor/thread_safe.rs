@@ -49,7 +49,9 @@ impl<R: LocalMemoryResource> ThreadSafeAdaptor<R> {
 
     /// Gives back the resource.
     pub fn into_upstream(self) -> R {
-        self.resource.into_inner().unwrap_or_else(|e| e.into_inner())
+        self.resource
+            .into_inner()
+            .unwrap_or_else(|e| e.into_inner())
     }
 
     /// The name of the resource inside.

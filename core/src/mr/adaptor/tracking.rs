@@ -250,9 +250,7 @@ impl<Up: DeviceMemoryResource> TrackingAdaptor<Up> {
                     return Err(refuse(format!(
                         "wrong alignment: allocation #{} on {} was aligned to {} bytes but is \
                          freed as aligned to {alignment}; free it as it was allocated",
-                        e.sequence,
-                        e.stream,
-                        e.alignment
+                        e.sequence, e.stream, e.alignment
                     )))
                 }
                 Some(_) => {}

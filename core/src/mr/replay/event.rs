@@ -193,9 +193,15 @@ mod tests {
     #[test]
     fn times_parse_and_print_back() {
         for s in ["00:00:00.000000", "23:59:59.999999", "13:45:07.123456"] {
-            assert_eq!(TimeOfDay::parse(s).map(|t| t.to_string()).as_deref(), Some(s));
+            assert_eq!(
+                TimeOfDay::parse(s).map(|t| t.to_string()).as_deref(),
+                Some(s)
+            );
         }
-        assert_eq!(TimeOfDay::parse("01:02:03.5"), Some(TimeOfDay(3_723_500_000)));
+        assert_eq!(
+            TimeOfDay::parse("01:02:03.5"),
+            Some(TimeOfDay(3_723_500_000))
+        );
         assert_eq!(
             TimeOfDay::parse("01:02:03.123456789"),
             Some(TimeOfDay(3_723_123_456))

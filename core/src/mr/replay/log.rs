@@ -138,6 +138,9 @@ impl EventLog {
             threads.insert(e.thread);
             streams.insert(e.stream);
             match e.action {
+                // Zero-byte events hold nothing; replay skips them too.
+                LogAction::Allocate if e.size == 0 => s.allocations += 1,
+                LogAction::Free if e.size == 0 => s.frees += 1,
                 LogAction::Allocate => {
                     s.allocations += 1;
                     if let Some(old) = live.insert(e.pointer, e.size) {
@@ -266,15 +269,15 @@ fn parse_line(line: &str, line_no: usize, truncated: bool) -> Result<LogEvent, R
         time_us: TimeOfDay::parse(time)
             .ok_or_else(|| bad("Time", "a time of day HH:MM:SS.ffffff", time))?
             .0,
-        action: LogAction::parse(action).ok_or_else(|| {
+        action: LogAction::parse(action)
+            .ok_or_else(|| bad("Action", "`allocate`, `allocate failure` or `free`", action))?,
+        pointer: hex(pointer).ok_or_else(|| {
             bad(
-                "Action",
-                "`allocate`, `allocate failure` or `free`",
-                action,
+                "Pointer",
+                "a hexadecimal address like 0x7f3c40000000",
+                pointer,
             )
         })?,
-        pointer: hex(pointer)
-            .ok_or_else(|| bad("Pointer", "a hexadecimal address like 0x7f3c40000000", pointer))?,
         size: digits(size).ok_or_else(|| bad("Size", "a decimal byte count", size))?,
         stream: hex(stream)
             .ok_or_else(|| bad("Stream", "a hexadecimal stream handle like 0x0", stream))?,

@@ -8,7 +8,8 @@
 //! - [`event`]: [`LogEvent`], one line of the log, its [`LogAction`] and the [`HEADER`].
 //! - [`log`]: [`EventLog`], strict parsing with line-numbered errors, and [`LogSummary`].
 //! - [`error`]: the error type, [`ReplayError`].
-//! - [`replayer`]: [`replay`] with its [`ReplayOptions`] ([`Threading`], [`HeldProbe`]).
+//! - [`options`]: [`ReplayOptions`]: [`Threading`], [`HeldProbe`].
+//! - [`replayer`]: [`replay`], every stream and every thread's order kept.
 //! - [`report`]: [`ReplayReport`] and what it lists.
 //!
 //! # Examples
@@ -30,11 +31,13 @@
 pub mod error;
 pub mod event;
 pub mod log;
+pub mod options;
 pub mod replayer;
 pub mod report;
 
 pub use error::ReplayError;
 pub use event::{LogAction, LogEvent, TimeOfDay, HEADER, MICROS_PER_DAY};
 pub use log::{EventLog, LogSummary};
-pub use replayer::{replay, HeldProbe, ReplayOptions, Threading};
+pub use options::{HeldProbe, ReplayOptions, Threading};
+pub use replayer::replay;
 pub use report::{LoggedAllocation, ReplayFailure, ReplayReport, SizeMismatch};

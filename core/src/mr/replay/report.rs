@@ -7,6 +7,9 @@ use crate::mr::replay::LogAction;
 use crate::mr::MrError;
 use crate::units::Bytes;
 
+/// How many failures the report's `Display` lists one by one.
+pub const FAILURES_SHOWN: usize = 10;
+
 /// An allocation of the log, by the line that made it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LoggedAllocation {
@@ -170,7 +173,7 @@ impl fmt::Display for ReplayReport {
                 self.logged_failures, self.zero_byte_events
             )?;
         }
-        for e in &self.failures {
+        for e in self.failures.iter().take(FAILURES_SHOWN) {
             write!(
                 f,
                 "\nline {}: {} of {} failed: {}",
@@ -178,6 +181,13 @@ impl fmt::Display for ReplayReport {
                 e.action,
                 Bytes(e.size),
                 e.error
+            )?;
+        }
+        if self.failures.len() > FAILURES_SHOWN {
+            write!(
+                f,
+                "\n… and {} more failures",
+                self.failures.len() - FAILURES_SHOWN
             )?;
         }
         Ok(())
