@@ -40,16 +40,17 @@ pub struct Counter {
 }
 
 impl Counter {
+    // Saturating: a long-running process may allocate more than `i64::MAX` bytes in total.
     #[inline]
     fn add(&mut self, n: i64) {
-        self.value += n;
-        self.total += n;
+        self.value = self.value.saturating_add(n);
+        self.total = self.total.saturating_add(n);
         self.peak = self.peak.max(self.value);
     }
 
     #[inline]
     fn sub(&mut self, n: i64) {
-        self.value -= n;
+        self.value = self.value.saturating_sub(n);
     }
 }
 
@@ -57,9 +58,9 @@ impl AddAssign for Counter {
     /// Folds a nested level's counter into this one: its peak counts on top of this level's
     /// value when it began (RMM's `add_counters_from_tracked_sub_block`).
     fn add_assign(&mut self, nested: Counter) {
-        self.peak = self.peak.max(self.value + nested.peak);
-        self.value += nested.value;
-        self.total += nested.total;
+        self.peak = self.peak.max(self.value.saturating_add(nested.peak));
+        self.value = self.value.saturating_add(nested.value);
+        self.total = self.total.saturating_add(nested.total);
     }
 }
 
@@ -178,8 +179,8 @@ impl<Up: DeviceMemoryResource> StatisticsAdaptor<Up> {
     fn recount(&self, bytes: usize) {
         let mut levels = lock(&self.levels);
         if let Some(top) = levels.last_mut() {
-            top.bytes.value += as_i64(bytes);
-            top.allocations.value += 1;
+            top.bytes.value = top.bytes.value.saturating_add(as_i64(bytes));
+            top.allocations.value = top.allocations.value.saturating_add(1);
         }
     }
 

@@ -2,7 +2,8 @@
 //! kept.
 //!
 //! Each distinct stream of the log gets a stream of its own, created on the resource's driver
-//! before the clock starts (the log's `0x0` and `0x1`, the legacy default stream, map to
+//! before the clock starts as `cudaStreamCreate` makes them (blocking), and synchronized and
+//! destroyed after the replay (the log's `0x0` and `0x1`, the legacy default stream, map to
 //! [`StreamId::DEFAULT`]). Log pointers map to the new allocations. Events run in log order,
 //! which is a valid interleaving of every thread's own order; with [`Threading::PerLogThread`]
 //! each event also runs on a thread of its own log thread, for resources that behave per
@@ -107,11 +108,13 @@ pub fn replay<R: DeviceMemoryResource + ?Sized>(
     state.finish(options.keep_leaks);
     let mut report = state.report;
     report.leaks.sort_unstable_by_key(|l| l.line);
-    // Teardown: every stream is idle (the replay queues no work of its own beyond the order
-    // events), so destroying them cannot race.
+    // Teardown: wait for what the resource queued on each stream (stream-ordered frees), then
+    // destroy it. A resource that keeps state per stream must not use these streams again.
     let mut teardown = Ok(());
     for s in created {
-        teardown = teardown.and(driver.stream_destroy(s));
+        teardown = teardown
+            .and(driver.stream_synchronize(s))
+            .and(driver.stream_destroy(s));
     }
     teardown = teardown.and(driver.event_destroy(order_event));
     run?;
