@@ -25,9 +25,17 @@
 //!
 //! Modules: one resource or adaptor per file, named after the type.
 
+pub mod adaptor;
 pub mod cuda;
+pub mod local;
+pub mod replay;
 
+pub use adaptor::{
+    AlignedAdaptor, FailureRetryAdaptor, LimitingAdaptor, LoggingAdaptor, PrefetchAdaptor,
+    StatisticsAdaptor, ThreadSafeAdaptor, TrackingAdaptor,
+};
 pub use cuda::CudaResource;
+pub use local::LocalMemoryResource;
 
 use std::fmt;
 use std::sync::Arc;

@@ -1,0 +1,175 @@
+//! [`FailureRetryAdaptor`]: after out of memory, a callback decides whether to retry (RMM's
+//! `failure_callback_resource_adaptor`).
+//!
+//! - **What it does**: when the upstream fails an allocation with out of memory, calls the
+//!   callback with a [`RetryRequest`] (what was asked, the error, which attempt); if the
+//!   callback returns `true` (it freed something: flushed another cache, ran a garbage
+//!   collection, waited for a stream) the allocation is tried again, otherwise the
+//!   out-of-memory error is returned. Other errors are returned at once, never retried.
+//! - **Thread safety**: `Send + Sync` when the upstream and the callback are; the callback may
+//!   run on several threads at once.
+//! - **Streams**: passes the stream through; the callback sees it.
+//! - **Clone and ownership**: owns its upstream and callback by value; not `Clone`.
+//! - **Use and cost**: sharing a device with caches that can give memory back (another
+//!   library's pool, a tensor cache). Free when allocations succeed: one branch on the error.
+//!
+//! A callback that keeps returning `true` while nothing frees memory retries forever, as in
+//! RMM; [`RetryRequest::attempt`] lets it stop (`|r| r.attempt <= 3 && flush()`).
+
+use crate::driver::{DevicePtr, Driver, MemInfo, StreamId};
+use crate::mr::{assert_resource, DeviceMemoryResource, MrError, MrResult, MIN_ALIGNMENT};
+
+/// What the callback is told about a failed allocation.
+#[derive(Debug)]
+pub struct RetryRequest<'a> {
+    /// Bytes requested.
+    pub bytes: usize,
+    /// Alignment requested ([`MIN_ALIGNMENT`] for a plain allocation).
+    pub alignment: usize,
+    /// The stream of the request.
+    pub stream: StreamId,
+    /// How many times the allocation has failed so far, from 1.
+    pub attempt: u32,
+    /// The out-of-memory error of the last attempt.
+    pub error: &'a MrError,
+}
+
+/// Retries allocations after out of memory while a callback says so; see the
+/// [module docs](self).
+pub struct FailureRetryAdaptor<Up, F> {
+    upstream: Up,
+    callback: F,
+}
+
+impl<Up, F> FailureRetryAdaptor<Up, F>
+where
+    Up: DeviceMemoryResource,
+    F: Fn(&RetryRequest<'_>) -> bool + Send + Sync,
+{
+    /// Retries failed allocations of `upstream` while `callback` returns `true`.
+    pub fn new(upstream: Up, callback: F) -> Self {
+        FailureRetryAdaptor { upstream, callback }
+    }
+
+    /// The upstream resource.
+    pub fn upstream(&self) -> &Up {
+        &self.upstream
+    }
+
+    /// Gives back the upstream resource.
+    pub fn into_upstream(self) -> Up {
+        self.upstream
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn retry(
+        &self,
+        mut error: MrError,
+        bytes: usize,
+        alignment: usize,
+        stream: StreamId,
+        alloc: impl Fn() -> MrResult<DevicePtr>,
+    ) -> MrResult<DevicePtr> {
+        let mut attempt = 1u32;
+        loop {
+            let request = RetryRequest {
+                bytes,
+                alignment,
+                stream,
+                attempt,
+                error: &error,
+            };
+            if !(self.callback)(&request) {
+                return Err(error);
+            }
+            match alloc() {
+                Err(e) if e.is_out_of_memory() => error = e,
+                other => return other,
+            }
+            attempt = attempt.saturating_add(1);
+        }
+    }
+
+    #[inline]
+    fn allocate_with(
+        &self,
+        bytes: usize,
+        alignment: usize,
+        stream: StreamId,
+        alloc: impl Fn() -> MrResult<DevicePtr>,
+    ) -> MrResult<DevicePtr> {
+        match alloc() {
+            Err(e) if e.is_out_of_memory() => self.retry(e, bytes, alignment, stream, alloc),
+            other => other,
+        }
+    }
+}
+
+impl<Up, F> DeviceMemoryResource for FailureRetryAdaptor<Up, F>
+where
+    Up: DeviceMemoryResource,
+    F: Fn(&RetryRequest<'_>) -> bool + Send + Sync,
+{
+    fn name(&self) -> &'static str {
+        "FailureRetryAdaptor"
+    }
+
+    /// # Time complexity
+    ///
+    /// O(1) besides the upstream when it succeeds; each retry costs a callback and an
+    /// upstream call.
+    #[inline]
+    fn allocate(&self, bytes: usize, stream: StreamId) -> MrResult<DevicePtr> {
+        if bytes == 0 {
+            return Ok(DevicePtr::NULL);
+        }
+        self.allocate_with(bytes, MIN_ALIGNMENT, stream, || {
+            self.upstream.allocate(bytes, stream)
+        })
+    }
+
+    #[inline]
+    fn deallocate(&self, ptr: DevicePtr, bytes: usize, stream: StreamId) -> MrResult<()> {
+        self.upstream.deallocate(ptr, bytes, stream)
+    }
+
+    fn allocate_aligned(
+        &self,
+        bytes: usize,
+        alignment: usize,
+        stream: StreamId,
+    ) -> MrResult<DevicePtr> {
+        self.allocate_with(bytes, alignment, stream, || {
+            self.upstream.allocate_aligned(bytes, alignment, stream)
+        })
+    }
+
+    fn deallocate_aligned(
+        &self,
+        ptr: DevicePtr,
+        bytes: usize,
+        alignment: usize,
+        stream: StreamId,
+    ) -> MrResult<()> {
+        self.upstream
+            .deallocate_aligned(ptr, bytes, alignment, stream)
+    }
+
+    fn memory_info(&self) -> Option<MemInfo> {
+        self.upstream.memory_info()
+    }
+
+    fn driver(&self) -> &dyn Driver {
+        self.upstream.driver()
+    }
+}
+
+const _: () = {
+    #[expect(dead_code, reason = "a compile-time check: it only has to type-check")]
+    fn check<D: Driver>() {
+        assert_resource::<
+            FailureRetryAdaptor<crate::mr::CudaResource<D>, fn(&RetryRequest<'_>) -> bool>,
+        >();
+    }
+};
