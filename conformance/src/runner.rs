@@ -19,6 +19,9 @@ use crate::strategy::{case, scenarios};
 use crate::sut::{Finding, SetupError, Sut};
 use crate::transition::Op;
 
+/// Most runs spent lowering picks after shrinking.
+const PICK_RUNS: usize = 64;
+
 /// One shrunk failure, before it becomes a report entry.
 #[derive(Debug, Clone)]
 pub struct Found {
@@ -234,6 +237,41 @@ fn remove_steps(
                 ops = candidate;
                 finding = f;
                 i = i.min(ops.len());
+            }
+        }
+    }
+    small_picks(factory, backend, machine_seed, ops, finding, PICK_RUNS)
+}
+
+/// Lowers each pick to the smallest value (0 to 3) that still fails the same check, so that
+/// the shrunk case reads `drop(#1)` rather than `drop(#40213)`.
+fn small_picks(
+    factory: &dyn ManagerFactory,
+    backend: &dyn Backend,
+    machine_seed: u64,
+    mut ops: Vec<Op>,
+    mut finding: Finding,
+    mut budget: usize,
+) -> (Vec<Op>, Finding) {
+    for i in 0..ops.len() {
+        let Some(current) = ops[i].pick_mut().map(|p| *p) else {
+            continue;
+        };
+        for small in 0..current.min(4) {
+            if budget == 0 {
+                return (ops, finding);
+            }
+            budget -= 1;
+            let mut candidate = ops.clone();
+            if let Some(p) = candidate[i].pick_mut() {
+                *p = small;
+            }
+            if let Ok(Some(f)) = run_case(factory, backend, machine_seed, &candidate) {
+                if f.check == finding.check {
+                    ops = candidate;
+                    finding = f;
+                    break;
+                }
             }
         }
     }

@@ -199,6 +199,20 @@ pub enum Op {
     FreeAllAndRetry,
 }
 
+impl Op {
+    /// The operation's pick, for those that act on something live.
+    pub fn pick_mut(&mut self) -> Option<&mut Pick> {
+        match self {
+            Op::Drop { pick }
+            | Op::FreeAsync { pick, .. }
+            | Op::View { pick, .. }
+            | Op::Write { pick, .. }
+            | Op::GetIpcHandle { pick, .. } => Some(pick),
+            _ => None,
+        }
+    }
+}
+
 impl fmt::Display for Op {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
