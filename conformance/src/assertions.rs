@@ -113,7 +113,10 @@ pub fn check_writes_stay_in_their_allocation(
 }
 
 /// Size 0 is an [`EmmError::InvalidArgument`] (any error is accepted; a pointer is not).
-pub fn check_zero_size_is_an_error<T>(operation: &str, result: &EmmResult<T>) -> Result<(), String> {
+pub fn check_zero_size_is_an_error<T>(
+    operation: &str,
+    result: &EmmResult<T>,
+) -> Result<(), String> {
     match result {
         Err(_) => Ok(()),
         Ok(_) => Err(format!(
@@ -209,7 +212,11 @@ pub fn check_memhostalloc_honours_flags(
     if memory.is_mapped() != mapped {
         return Err(format!(
             "{what} with mapped={mapped} returned {} memory",
-            if memory.is_mapped() { "mapped" } else { "pinned (not mapped)" }
+            if memory.is_mapped() {
+                "mapped"
+            } else {
+                "pinned (not mapped)"
+            }
         ));
     }
     if memory.size() < requested {
@@ -219,7 +226,9 @@ pub fn check_memhostalloc_honours_flags(
         ));
     }
     if memory.device_ptr() == Some(DevicePtr::NULL) {
-        return Err(format!("{what} returned mapped memory with a null device pointer"));
+        return Err(format!(
+            "{what} returned mapped memory with a null device pointer"
+        ));
     }
     Ok(())
 }
@@ -227,7 +236,9 @@ pub fn check_memhostalloc_honours_flags(
 /// The check a misuse the backend saw during `op` breaks.
 pub fn check_for_seen(seen: &Seen, op: Option<&Op>) -> CheckId {
     match (seen, op) {
-        (Seen::Race(_), Some(Op::ProducerConsumer { .. })) => CheckId::ProducerConsumerAcrossStreams,
+        (Seen::Race(_), Some(Op::ProducerConsumer { .. })) => {
+            CheckId::ProducerConsumerAcrossStreams
+        }
         (Seen::Race(_), Some(Op::Concurrent { .. })) => CheckId::ConcurrentUseNeverOverlaps,
         (Seen::Race(_), _) => CheckId::StreamOrderedReuse,
         (Seen::BadFree(_), _) => CheckId::FinalizerRunsOnce,
@@ -268,9 +279,18 @@ mod tests {
             items: 1,
             size: crate::transition::Size::One,
         };
-        assert_eq!(check_for_seen(&race, Some(&pc)), CheckId::ProducerConsumerAcrossStreams);
+        assert_eq!(
+            check_for_seen(&race, Some(&pc)),
+            CheckId::ProducerConsumerAcrossStreams
+        );
         let uaf = Seen::UseAfterFree("uaf".into());
-        assert_eq!(check_for_seen(&uaf, Some(&Op::Initialize)), CheckId::InitializeKeepsState);
-        assert_eq!(check_for_seen(&uaf, None), CheckId::WritesStayInTheirAllocation);
+        assert_eq!(
+            check_for_seen(&uaf, Some(&Op::Initialize)),
+            CheckId::InitializeKeepsState
+        );
+        assert_eq!(
+            check_for_seen(&uaf, None),
+            CheckId::WritesStayInTheirAllocation
+        );
     }
 }

@@ -170,10 +170,7 @@ impl CheckId {
     /// The catalogue entry of this check.
     pub fn info(self) -> &'static CheckInfo {
         // Every id has exactly one entry (a unit test holds the catalogue to that).
-        CHECKS
-            .iter()
-            .find(|c| c.id == self)
-            .unwrap_or(&CHECKS[0])
+        CHECKS.iter().find(|c| c.id == self).unwrap_or(&CHECKS[0])
     }
 
     /// The check named `name`, if any.

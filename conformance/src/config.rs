@@ -10,9 +10,9 @@ use crate::backend::Backend;
 use crate::sim_backend::SimBackend;
 
 /// Random cases of the default run (after the fixed scenarios).
-pub const DEFAULT_CASES: usize = 96;
+pub const DEFAULT_CASES: usize = 256;
 /// Most operations in one case of the default run.
-pub const DEFAULT_MAX_OPS: usize = 48;
+pub const DEFAULT_MAX_OPS: usize = 64;
 /// Most runs of a case while shrinking one failure.
 pub const DEFAULT_SHRINK_RUNS: usize = 400;
 /// The environment variable that picks the seed.

@@ -44,7 +44,13 @@ impl Regression {
         let plugin: String = self
             .plugin
             .chars()
-            .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' })
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                    c
+                } else {
+                    '_'
+                }
+            })
             .collect();
         format!("{plugin}-{}-{}-{}.json", self.check, self.seed, self.case)
     }
@@ -56,13 +62,16 @@ impl Regression {
 ///
 /// The directory or the file cannot be written, with the path.
 pub fn save(dir: &Path, r: &Regression) -> Result<PathBuf, String> {
-    fs::create_dir_all(dir)
-        .map_err(|e| format!("cannot create the regressions directory {}: {e}", dir.display()))?;
+    fs::create_dir_all(dir).map_err(|e| {
+        format!(
+            "cannot create the regressions directory {}: {e}",
+            dir.display()
+        )
+    })?;
     let path = dir.join(r.file_name());
     let text = serde_json::to_string_pretty(r)
         .map_err(|e| format!("cannot encode the regression: {e}"))?;
-    fs::write(&path, text + "\n")
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    fs::write(&path, text + "\n").map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     Ok(path)
 }
 
@@ -74,8 +83,12 @@ pub fn save(dir: &Path, r: &Regression) -> Result<PathBuf, String> {
 pub fn load(path: &Path) -> Result<Regression, String> {
     let text = fs::read_to_string(path)
         .map_err(|e| format!("cannot read the regression file {}: {e}", path.display()))?;
-    serde_json::from_str(&text)
-        .map_err(|e| format!("{} is not a regression file of emm check: {e}", path.display()))
+    serde_json::from_str(&text).map_err(|e| {
+        format!(
+            "{} is not a regression file of emm check: {e}",
+            path.display()
+        )
+    })
 }
 
 /// What replaying a regression gave.

@@ -82,14 +82,23 @@ impl Failure {
         } else {
             format!(" --cases {} --ops {}", config.cases, config.max_ops)
         };
-        let rerun = format!("{SEED_VAR}={} emm check {} --backend {}{depth}", r.seed, r.plugin, r.backend);
+        let rerun = format!(
+            "{SEED_VAR}={} emm check {} --backend {}{depth}",
+            r.seed, r.plugin, r.backend
+        );
         let (regression, replay) = match file {
             Some(Ok(path)) => {
                 let p = path.display().to_string();
-                let replay = format!("emm check {} --backend {} --replay {p}", r.plugin, r.backend);
+                let replay = format!(
+                    "emm check {} --backend {} --replay {p}",
+                    r.plugin, r.backend
+                );
                 (Some(p), replay)
             }
-            Some(Err(e)) => (None, format!("{rerun}  (the regression file was not written: {e})")),
+            Some(Err(e)) => (
+                None,
+                format!("{rerun}  (the regression file was not written: {e})"),
+            ),
             None => (None, rerun),
         };
         Failure {
@@ -174,7 +183,11 @@ impl Report {
             self.elapsed_ms as f64 / 1000.0
         );
         if let Some(e) = &self.error {
-            let _ = writeln!(out, "\n  {} the plugin could not be run: {e}", paint("1;31", "ERROR"));
+            let _ = writeln!(
+                out,
+                "\n  {} the plugin could not be run: {e}",
+                paint("1;31", "ERROR")
+            );
         }
         out.push('\n');
         for c in &self.checks {
@@ -185,18 +198,30 @@ impl Report {
             };
             let _ = writeln!(out, "  {tag}  {}", c.name);
             if c.skipped {
-                let _ = writeln!(out, "        not observable on the {} backend", self.backend);
+                let _ = writeln!(
+                    out,
+                    "        not observable on the {} backend",
+                    self.backend
+                );
             }
             let Some(f) = &c.failure else { continue };
             let _ = writeln!(out, "        rule ({}): \"{}\"", c.source, c.rule);
             let _ = writeln!(out, "        {}", f.message);
-            let _ = writeln!(out, "        shrunk to {} operation(s) (case {}):", f.ops.len(), f.case);
+            let _ = writeln!(
+                out,
+                "        shrunk to {} operation(s) (case {}):",
+                f.ops.len(),
+                f.case
+            );
             for (i, op) in f.ops.iter().enumerate() {
                 let here = if i == f.step { "   <- fails here" } else { "" };
                 let _ = writeln!(out, "          {i:>3}. {op}{here}");
             }
             if f.step >= f.ops.len() {
-                let _ = writeln!(out, "          ... and fails at teardown (reset, then the manager is dropped)");
+                let _ = writeln!(
+                    out,
+                    "          ... and fails at teardown (reset, then the manager is dropped)"
+                );
             }
             let _ = writeln!(out, "        replay: {}", f.replay);
         }

@@ -111,7 +111,11 @@ pub fn check(factory: &dyn ManagerFactory, config: &Config) -> Report {
         let d = done.fetch_add(1, Ordering::Relaxed) + 1;
         if let Some(p) = &config.progress {
             let failed = found.lock().map_or(0, |f| f.len());
-            p(Progress { done: d, total, failed });
+            p(Progress {
+                done: d,
+                total,
+                failed,
+            });
         }
     };
     std::thread::scope(|s| {
@@ -136,12 +140,12 @@ pub fn check(factory: &dyn ManagerFactory, config: &Config) -> Report {
 fn claim(found: &Mutex<BTreeMap<CheckId, Found>>, check: CheckId, index: usize) -> bool {
     found
         .lock()
-        .map_or(false, |f| f.get(&check).map_or(true, |g| g.case > index))
+        .is_ok_and(|f| f.get(&check).is_none_or(|g| g.case > index))
 }
 
 fn keep(found: &Mutex<BTreeMap<CheckId, Found>>, f: Found) {
     if let Ok(mut map) = found.lock() {
-        let better = map.get(&f.finding.check).map_or(true, |g| g.case > f.case);
+        let better = map.get(&f.finding.check).is_none_or(|g| g.case > f.case);
         if better {
             map.insert(f.finding.check, f);
         }
@@ -161,8 +165,23 @@ fn run_fixed(
         return Ok(());
     };
     if claim(found, finding.check, index) {
-        let (ops, finding) = remove_steps(factory, backend, machine_seed, ops.to_vec(), finding, config.shrink_runs);
-        keep(found, Found { case: index, machine_seed, ops, finding });
+        let (ops, finding) = remove_steps(
+            factory,
+            backend,
+            machine_seed,
+            ops.to_vec(),
+            finding,
+            config.shrink_runs,
+        );
+        keep(
+            found,
+            Found {
+                case: index,
+                machine_seed,
+                ops,
+                finding,
+            },
+        );
     }
     Ok(())
 }
@@ -212,7 +231,15 @@ fn run_random(
     }
     let left = config.shrink_runs.saturating_sub(runs);
     let (ops, finding) = remove_steps(factory, backend, machine_seed, best, finding, left);
-    keep(found, Found { case: index, machine_seed, ops, finding });
+    keep(
+        found,
+        Found {
+            case: index,
+            machine_seed,
+            ops,
+            finding,
+        },
+    );
     Ok(())
 }
 

@@ -1,11 +1,13 @@
 //! [`SimBackend`]: the simulated GPU (`emm-sim`) as a [`Backend`]; it observes everything.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
-use emm_core::Driver;
+use emm_core::attribution::CallerScope;
+use emm_core::{DevicePtr, Driver};
 use emm_sim::{SimConfig, SimDriver, Violation, GIB};
 
 use crate::backend::{Attributed, Backend, Held, Machine, Observes, Seen};
+use crate::sut::HARNESS;
 
 /// Device memory of the simulated GPU the suite uses by default: small enough that
 /// near-total requests and out of memory come up, large enough for every size class.
@@ -20,9 +22,7 @@ pub struct SimBackend {
 impl SimBackend {
     /// A backend whose machines have one device of [`SIM_MEMORY`] bytes.
     pub fn new() -> Self {
-        SimBackend {
-            memory: SIM_MEMORY,
-        }
+        SimBackend { memory: SIM_MEMORY }
     }
 
     /// With `bytes` of device memory per machine.
@@ -49,16 +49,28 @@ impl Backend for SimBackend {
 
     fn machine(&self, seed: u64) -> Result<Box<dyn Machine>, String> {
         let driver = SimDriver::new(SimConfig::new(seed).memory_per_device(self.memory))?;
+        // The second process and its doorbell exist from the start, so that the doorbell
+        // never competes with the plugin for memory (the baseline includes it).
+        let second = driver.process();
+        let bell = {
+            let _h = CallerScope::enter(HARNESS);
+            second
+                .mem_alloc(1)
+                .map_err(|e| format!("the second process's doorbell: {e}"))?
+        };
         Ok(Box::new(SimMachine {
             driver: Arc::new(driver),
-            second: OnceLock::new(),
+            second: Arc::new(second),
+            bell,
         }))
     }
 }
 
 struct SimMachine {
     driver: Arc<SimDriver>,
-    second: OnceLock<Arc<SimDriver>>,
+    second: Arc<SimDriver>,
+    /// One byte of the second process's, exported to carry its clock back.
+    bell: DevicePtr,
 }
 
 fn seen(v: &Violation) -> Seen {
@@ -78,27 +90,18 @@ impl Machine for SimMachine {
     }
 
     fn second_process(&self) -> Option<Arc<dyn Driver>> {
-        let p = self
-            .second
-            .get_or_init(|| Arc::new(self.driver.process()))
-            .clone();
-        Some(p)
+        Some(self.second.clone())
     }
 
     fn importer_done(&self) -> Result<(), String> {
         // An IPC handle carries its exporter's clock to the importer (the simulator's model
-        // of a message between processes): a tiny allocation exported the other way
-        // carries the second process's clock back.
-        let Some(p2) = self.second.get() else {
-            return Ok(());
-        };
-        let bell = p2.mem_alloc(1).map_err(|e| e.to_string())?;
-        let back = p2
-            .ipc_get_mem_handle(bell)
+        // of a message between processes): the doorbell exported the other way carries the
+        // second process's clock back.
+        self.second
+            .ipc_get_mem_handle(self.bell)
             .and_then(|h| self.driver.ipc_open_mem_handle(&h))
-            .and_then(|a| self.driver.ipc_close_mem_handle(a));
-        let freed = p2.mem_free(bell);
-        back.and(freed).map_err(|e| e.to_string())
+            .and_then(|a| self.driver.ipc_close_mem_handle(a))
+            .map_err(|e| e.to_string())
     }
 
     fn seen_since(&self, skip: usize) -> Vec<Seen> {

@@ -83,14 +83,24 @@ pub fn scenarios() -> Vec<(&'static str, Vec<Op>)> {
         ("reset before initialize", vec![Reset, Initialize, Reset]),
         (
             "initialize twice with memory live",
-            vec![Memalloc { size: s(0) }, Memalloc { size: Size::Odd(100) }, Initialize, Verify, Initialize],
+            vec![
+                Memalloc { size: s(0) },
+                Memalloc {
+                    size: Size::Odd(100),
+                },
+                Initialize,
+                Verify,
+                Initialize,
+            ],
         ),
         (
             "RMM: 1 PiB is out of memory; the same near-total request succeeds after frees",
             vec![
                 Memalloc { size: Size::Absurd },
                 Memalloc { size: Size::Mib(7) },
-                Memalloc { size: Size::NearTotal(0) },
+                Memalloc {
+                    size: Size::NearTotal(0),
+                },
                 FreeAllAndRetry,
                 Memalloc { size: Size::Max },
                 Memalloc { size: Size::Zero },
@@ -100,7 +110,9 @@ pub fn scenarios() -> Vec<(&'static str, Vec<Op>)> {
             "RMM: mixed allocations and frees in random order",
             vec![
                 Memalloc { size: Size::One },
-                Memalloc { size: Size::Odd(300) },
+                Memalloc {
+                    size: Size::Odd(300),
+                },
                 Memalloc { size: s(3) },
                 Drop { pick: 1 },
                 Memalloc { size: Size::Odd(7) },
@@ -112,32 +124,75 @@ pub fn scenarios() -> Vec<(&'static str, Vec<Op>)> {
         ),
         (
             "RMM: producer/consumer across threads and streams",
-            vec![ProducerConsumer { items: 8, size: s(1) }, Concurrent { threads: 4, allocs: 8, size: Size::Odd(500) }],
+            vec![
+                ProducerConsumer {
+                    items: 8,
+                    size: s(1),
+                },
+                Concurrent {
+                    threads: 4,
+                    allocs: 8,
+                    size: Size::Odd(500),
+                },
+            ],
         ),
         (
             "stream-ordered reuse with and without event waits",
             vec![
-                MemallocAsync { size: s(1), lane: 1 },
+                MemallocAsync {
+                    size: s(1),
+                    lane: 1,
+                },
                 Write { pick: 0, lane: 1 },
                 FreeAsync { pick: 0, lane: 1 },
-                MemallocAsync { size: s(1), lane: 1 },
-                MemallocAsync { size: s(1), lane: 2 },
+                MemallocAsync {
+                    size: s(1),
+                    lane: 1,
+                },
+                MemallocAsync {
+                    size: s(1),
+                    lane: 2,
+                },
                 Write { pick: 0, lane: 2 },
                 FreeAsync { pick: 1, lane: 2 },
                 RecordAndWait { from: 2, to: 3 },
-                MemallocAsync { size: s(1), lane: 3 },
+                MemallocAsync {
+                    size: s(1),
+                    lane: 3,
+                },
                 Verify,
             ],
         ),
         (
             "host, pinned, mapped and managed memory, IPC, memory info",
             vec![
-                Memhostalloc { size: s(0), mapped: true, portable: false, wc: false },
-                Memhostalloc { size: s(0), mapped: false, portable: true, wc: true },
-                Mempin { size: s(1), mapped: true },
-                Mempin { size: s(0), mapped: false },
-                Memallocmanaged { size: s(2), attach_global: true },
-                Memalloc { size: Size::Odd(1000) },
+                Memhostalloc {
+                    size: s(0),
+                    mapped: true,
+                    portable: false,
+                    wc: false,
+                },
+                Memhostalloc {
+                    size: s(0),
+                    mapped: false,
+                    portable: true,
+                    wc: true,
+                },
+                Mempin {
+                    size: s(1),
+                    mapped: true,
+                },
+                Mempin {
+                    size: s(0),
+                    mapped: false,
+                },
+                Memallocmanaged {
+                    size: s(2),
+                    attach_global: true,
+                },
+                Memalloc {
+                    size: Size::Odd(1000),
+                },
                 Memalloc { size: s(2) },
                 GetIpcHandle { pick: 2, start: 40 },
                 GetIpcHandle { pick: 1, start: 0 },

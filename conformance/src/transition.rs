@@ -287,7 +287,10 @@ mod tests {
             },
         ];
         let text = serde_json::to_string(&ops).unwrap();
-        assert!(text.contains(r#"{"op":"memalloc","size":{"odd":7}}"#), "{text}");
+        assert!(
+            text.contains(r#"{"op":"memalloc","size":{"odd":7}}"#),
+            "{text}"
+        );
         let back: Vec<Op> = serde_json::from_str(&text).unwrap();
         assert_eq!(back, ops);
         assert_eq!(ops[1].to_string(), "memfree_async(#2, lane 1)");

@@ -12,7 +12,11 @@ fn every_built_in_manager_passes_everything() {
         let factory = resolve_plugin(&name).unwrap();
         for seed in [1, 2, 3] {
             let report = check(&*factory, &Config::new(seed));
-            assert!(report.passed, "{name}, seed {seed}:\n{}", report.to_table(false));
+            assert!(
+                report.passed,
+                "{name}, seed {seed}:\n{}",
+                report.to_table(false)
+            );
             assert!(report.checks.iter().all(|c| c.passed && !c.skipped));
         }
     }

@@ -28,7 +28,13 @@ fn a_regression_file_replays_to_the_same_verdict_and_passes_once_fixed() {
         .expect("the wrong offset is caught");
     let file = PathBuf::from(failed.regression.as_deref().expect("written to a file"));
     assert!(file.starts_with(&dir), "{file:?}");
-    assert!(failed.replay.starts_with("emm check zoo --backend sim --replay "), "{}", failed.replay);
+    assert!(
+        failed
+            .replay
+            .starts_with("emm check zoo --backend sim --replay "),
+        "{}",
+        failed.replay
+    );
 
     let r = load(&file).unwrap();
     assert_eq!(r.check, "ipc_handle_addresses_same_bytes");
@@ -66,10 +72,14 @@ fn a_bad_regression_file_is_a_clear_error() {
 fn the_same_seed_gives_the_same_report() {
     let config = Config::new(5).depth(24, 24);
     let a = check(&ZooFactory(Bug::OverlappingAllocations), &config);
-    let b = check(&ZooFactory(Bug::OverlappingAllocations), &config.clone().threads(1));
+    let b = check(
+        &ZooFactory(Bug::OverlappingAllocations),
+        &config.clone().threads(1),
+    );
     let strip = |mut r: emm_conformance::Report| {
         r.elapsed_ms = 0;
-        r.checks.retain(|c| c.name != "concurrent_use_never_overlaps");
+        r.checks
+            .retain(|c| c.name != "concurrent_use_never_overlaps");
         r
     };
     assert_eq!(strip(a), strip(b));

@@ -6,7 +6,10 @@ use emm_conformance::{check, Config, Report};
 use zoo::{Bug, ZooFactory};
 
 fn report() -> Report {
-    let mut r = check(&ZooFactory(Bug::WrongIpcOffset), &Config::new(7).depth(8, 16).threads(1));
+    let mut r = check(
+        &ZooFactory(Bug::WrongIpcOffset),
+        &Config::new(7).depth(8, 16).threads(1),
+    );
     r.elapsed_ms = 0;
     r
 }
@@ -24,7 +27,12 @@ fn the_json_report() {
     for key in ["plugin", "backend", "passed", "seed", "checks"] {
         assert!(v.get(key).is_some(), "{key}");
     }
-    let failed = v["checks"].as_array().unwrap().iter().find(|c| c["passed"] == false).unwrap();
+    let failed = v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["passed"] == false)
+        .unwrap();
     for key in ["name", "rule", "passed", "failure"] {
         assert!(failed.get(key).is_some(), "{key}");
     }

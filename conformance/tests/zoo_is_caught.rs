@@ -37,13 +37,24 @@ fn every_broken_plugin_is_caught_by_the_check_named_for_its_bug() {
         let report = check(&ZooFactory(bug), &config());
         let want = named_check(bug);
         println!("---- {bug:?}\n{}", report.to_table(false));
-        let got = report.checks.iter().find(|c| c.name == want.name()).unwrap();
+        let got = report
+            .checks
+            .iter()
+            .find(|c| c.name == want.name())
+            .unwrap();
         match &got.failure {
             Some(f) => {
                 assert!(!f.ops.is_empty() || f.step == 0, "{bug:?}: {f:?}");
-                assert!(f.ops.len() <= 8, "{bug:?} shrinks to a short case: {:#?}", f.ops);
+                assert!(
+                    f.ops.len() <= 8,
+                    "{bug:?} shrinks to a short case: {:#?}",
+                    f.ops
+                );
             }
-            None => missed.push(format!("{bug:?} was not caught by {want}:\n{}", report.to_table(false))),
+            None => missed.push(format!(
+                "{bug:?} was not caught by {want}:\n{}",
+                report.to_table(false)
+            )),
         }
         assert!(!report.passed && report.error.is_none(), "{bug:?}");
     }

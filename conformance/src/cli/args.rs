@@ -97,7 +97,10 @@ mod tests {
         assert_eq!(a.number::<u64>("--seed"), Ok(Some(7)));
         assert_eq!(a.number::<usize>("--cases"), Ok(Some(3)));
         assert_eq!(a.positional().as_deref(), Some("default"));
-        assert_eq!(a.clone().finish(), Err("unexpected argument(s): extra".into()));
+        assert_eq!(
+            a.clone().finish(),
+            Err("unexpected argument(s): extra".into())
+        );
         assert_eq!(a.positional().as_deref(), Some("extra"));
         assert_eq!(a.finish(), Ok(()));
         assert_eq!(

@@ -21,8 +21,8 @@ pub const COMMAND: Command = Command {
 flags:
   --backend NAME       where to run: sim (the default)
   --seed N             the run's seed (default: $EMM_SEED, else from the clock)
-  --cases N            random cases after the fixed scenarios (default 96)
-  --ops N              most operations in a case (default 48)
+  --cases N            random cases after the fixed scenarios (default 256)
+  --ops N              most operations in a case (default 64)
   --threads N          cases run at once (default: every core)
   --regressions DIR    where failures are written (default .emm/regressions)
   --no-regressions     write no regression files
@@ -38,7 +38,9 @@ exit status: 0 all checks pass, 1 a check fails, 2 the plugin cannot be loaded o
 fn run(args: Args) -> i32 {
     match parse(args) {
         Ok(Mode::Check(plugin, config, json)) => check(&plugin, config, json),
-        Ok(Mode::Replay(plugin, backend_name, file, json)) => replay_file(&plugin, backend_name, &file, json),
+        Ok(Mode::Replay(plugin, backend_name, file, json)) => {
+            replay_file(&plugin, backend_name, &file, json)
+        }
         Err(e) => {
             eprintln!("emm check: {e}\n\n{}", COMMAND.usage);
             EXIT_CANNOT_RUN
@@ -62,7 +64,9 @@ fn parse(mut a: Args) -> Result<Mode, String> {
     let dir = a.value("--regressions")?;
     let no_dir = a.flag("--no-regressions");
     let file = a.value("--replay")?;
-    let plugin = a.positional().ok_or("name the plugin to check, e.g. `emm check default`")?;
+    let plugin = a
+        .positional()
+        .ok_or("name the plugin to check, e.g. `emm check default`")?;
     a.finish()?;
     let _ = no_color;
     if let Some(f) = file {
@@ -106,7 +110,10 @@ fn check(plugin: &str, config: Config, json: bool) -> i32 {
     if json {
         println!("{}", report.to_json());
     } else {
-        let color = use_color(std::io::stdout().is_terminal(), std::env::args().any(|a| a == "--no-color"));
+        let color = use_color(
+            std::io::stdout().is_terminal(),
+            std::env::args().any(|a| a == "--no-color"),
+        );
         print!("{}", report.to_table(color));
     }
     if report.error.is_some() {
@@ -128,7 +135,12 @@ fn cannot_run(plugin: &str, reason: &str, json: bool) -> i32 {
     EXIT_CANNOT_RUN
 }
 
-fn replay_file(plugin: &str, backend_name: Option<String>, file: &std::path::Path, json: bool) -> i32 {
+fn replay_file(
+    plugin: &str,
+    backend_name: Option<String>,
+    file: &std::path::Path,
+    json: bool,
+) -> i32 {
     let r = match load(file) {
         Ok(r) => r,
         Err(e) => return cannot_run(plugin, &e, json),
@@ -148,9 +160,10 @@ fn replay_file(plugin: &str, backend_name: Option<String>, file: &std::path::Pat
     };
     let reproduced = verdict.reproduced();
     if json {
-        let failure = verdict.finding.as_ref().map(|f| {
-            json!({ "check": f.check.name(), "step": f.step, "message": f.message })
-        });
+        let failure = verdict
+            .finding
+            .as_ref()
+            .map(|f| json!({ "check": f.check.name(), "step": f.step, "message": f.message }));
         let v = json!({
             "plugin": plugin, "backend": b.name(), "file": file.display().to_string(),
             "recorded_check": r.check, "reproduced": reproduced,
@@ -158,14 +171,28 @@ fn replay_file(plugin: &str, backend_name: Option<String>, file: &std::path::Pat
         });
         println!("{v:#}");
     } else {
-        println!("replaying {} ({} operations) on {plugin}, {}:", file.display(), r.ops.len(), b.name());
+        println!(
+            "replaying {} ({} operations) on {plugin}, {}:",
+            file.display(),
+            r.ops.len(),
+            b.name()
+        );
         for (i, op) in r.ops.iter().enumerate() {
             println!("  {i:>3}. {op}");
         }
         match &verdict.finding {
-            Some(f) if reproduced => println!("reproduced: {} fails at step {}: {}", f.check, f.step, f.message),
-            Some(f) => println!("fails another check than recorded ({}): {} at step {}: {}", r.check, f.check, f.step, f.message),
-            None => println!("does not reproduce: the case passes now (recorded: {}: {})", r.check, r.message),
+            Some(f) if reproduced => println!(
+                "reproduced: {} fails at step {}: {}",
+                f.check, f.step, f.message
+            ),
+            Some(f) => println!(
+                "fails another check than recorded ({}): {} at step {}: {}",
+                r.check, f.check, f.step, f.message
+            ),
+            None => println!(
+                "does not reproduce: the case passes now (recorded: {}: {})",
+                r.check, r.message
+            ),
         }
     }
     if verdict.finding.is_some() {

@@ -44,7 +44,13 @@ pub fn text() -> String {
     let mut out = String::new();
     let _ = writeln!(out, "checks ({}):", CHECKS.len());
     for c in CHECKS {
-        let _ = writeln!(out, "  {}\n      {} — \"{}\"", c.id.name(), c.source, c.rule);
+        let _ = writeln!(
+            out,
+            "  {}\n      {} — \"{}\"",
+            c.id.name(),
+            c.source,
+            c.rule
+        );
     }
     let _ = writeln!(out, "\nplugins: {}", manager_names().join(", "));
     let _ = writeln!(out, "backends: {}", BACKENDS.join(", "));

@@ -146,7 +146,8 @@ impl Sut {
             fill: 0,
             handles: 1,
         });
-        self.model.insert_live(base.0, req.bytes as u64, id, req.stream);
+        self.model
+            .insert_live(base.0, req.bytes as u64, id, req.stream);
         self.handles.push(Handle::Pointer { buffer: id, ptr });
         let stream = req.stream.unwrap_or(StreamId::DEFAULT);
         self.fill(id, stream, CheckId::MemallocInDeviceMemory)?;
@@ -247,7 +248,10 @@ impl Sut {
         };
         let off = usize::from(start) % owner.size().max(1);
         let view = owner.view(off..).map_err(|e| {
-            self.fail(CheckId::MemallocInDeviceMemory, format!("a view failed: {e}"))
+            self.fail(
+                CheckId::MemallocInDeviceMemory,
+                format!("a view failed: {e}"),
+            )
         })?;
         self.handles.push(Handle::View {
             buffer: id,
@@ -286,14 +290,21 @@ impl Sut {
             }
         }
         guarded(|| drop(h)).map_err(|p| {
-            self.fail(CheckId::FinalizerRunsOnce, format!("dropping a pointer: {p}"))
+            self.fail(
+                CheckId::FinalizerRunsOnce,
+                format!("dropping a pointer: {p}"),
+            )
         })
     }
 
     /// Orders every use of buffer `id` before its free: on `on` (or its own stream, for
     /// stream-ordered memory), or before the host for memory freed synchronously. Returns
     /// the stream the free is ordered on.
-    pub(super) fn before_free(&mut self, id: u32, on: Option<StreamId>) -> Result<StreamId, super::Finding> {
+    pub(super) fn before_free(
+        &mut self,
+        id: u32,
+        on: Option<StreamId>,
+    ) -> Result<StreamId, super::Finding> {
         let Some(b) = self.buffers.get(&id) else {
             return Ok(StreamId::DEFAULT);
         };
@@ -306,9 +317,9 @@ impl Sut {
             }
             (None, _) => {
                 let _h = CallerScope::enter(HARNESS);
-                self.driver
-                    .stream_synchronize(last)
-                    .map_err(|e| self.harness_error(CheckId::FinalizerRunsOnce, "synchronizing", e))?;
+                self.driver.stream_synchronize(last).map_err(|e| {
+                    self.harness_error(CheckId::FinalizerRunsOnce, "synchronizing", e)
+                })?;
                 Ok(StreamId::DEFAULT)
             }
         }
@@ -327,7 +338,10 @@ impl Sut {
             return Ok(());
         };
         let stream = self.lane(lane);
-        let at = self.handles.iter().position(|h| matches!(h, Handle::Pointer { buffer, .. } if *buffer == id));
+        let at = self
+            .handles
+            .iter()
+            .position(|h| matches!(h, Handle::Pointer { buffer, .. } if *buffer == id));
         let Some(Handle::Pointer { ptr, .. }) = at.map(|i| self.handles.remove(i)) else {
             return Ok(());
         };

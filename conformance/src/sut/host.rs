@@ -22,7 +22,13 @@ use crate::transition::{Pick, Size};
 const HOST_CAP: usize = 16 << 20;
 
 impl Sut {
-    pub(super) fn memhostalloc(&mut self, size: Size, mapped: bool, portable: bool, wc: bool) -> Found {
+    pub(super) fn memhostalloc(
+        &mut self,
+        size: Size,
+        mapped: bool,
+        portable: bool,
+        wc: bool,
+    ) -> Found {
         const C: CheckId = CheckId::MemhostallocHonoursFlags;
         self.ensure_initialized()?;
         let bytes = host_bytes(size, self.device_total);
@@ -39,10 +45,16 @@ impl Sut {
         let mem = match r {
             Ok(m) => m,
             Err(e) if e.is_out_of_memory() => return Ok(()),
-            Err(e) => return Err(self.fail(C, format!("memhostalloc({bytes}, mapped={mapped}) failed: {e}"))),
+            Err(e) => {
+                return Err(self.fail(
+                    C,
+                    format!("memhostalloc({bytes}, mapped={mapped}) failed: {e}"),
+                ))
+            }
         };
         let what = format!("memhostalloc({bytes}, mapped={mapped}, portable={portable}, wc={wc})");
-        check_memhostalloc_honours_flags(&what, &mem, mapped, bytes).map_err(|m| self.fail(C, m))?;
+        check_memhostalloc_honours_flags(&what, &mem, mapped, bytes)
+            .map_err(|m| self.fail(C, m))?;
         self.host_round_trip(&what, &mem, bytes, C)?;
         self.handles.push(Handle::Host { mem, pin: None });
         Ok(())
@@ -75,22 +87,34 @@ impl Sut {
         let mem = match r {
             Ok(m) => m,
             Err(e) if e.is_out_of_memory() => return Ok(()),
-            Err(e) => return Err(self.fail(C, format!("mempin({bytes}, mapped={mapped}) failed: {e}"))),
+            Err(e) => {
+                return Err(self.fail(C, format!("mempin({bytes}, mapped={mapped}) failed: {e}")))
+            }
         };
         let what = format!("mempin({bytes}, mapped={mapped})");
-        check_memhostalloc_honours_flags(&what, &mem, mapped, bytes).map_err(|m| self.fail(C, m))?;
+        check_memhostalloc_honours_flags(&what, &mem, mapped, bytes)
+            .map_err(|m| self.fail(C, m))?;
         let kept = match &mem {
             HostMemory::Mapped(m) => m.pin_owner().is_some(),
             HostMemory::Pinned(p) => p.pin_owner().is_some(),
         };
         if !kept {
-            return Err(self.fail(C, format!("{what} dropped the owner; it must keep it alive while pinned")));
+            return Err(self.fail(
+                C,
+                format!("{what} dropped the owner; it must keep it alive while pinned"),
+            ));
         }
         if mem.host_ptr() != ptr {
-            return Err(self.fail(C, format!("{what} returned {}, not the pinned {ptr}", mem.host_ptr())));
+            return Err(self.fail(
+                C,
+                format!("{what} returned {}, not the pinned {ptr}", mem.host_ptr()),
+            ));
         }
         self.host_round_trip(&what, &mem, bytes, C)?;
-        self.handles.push(Handle::Host { mem, pin: Some((ptr, bytes)) });
+        self.handles.push(Handle::Host {
+            mem,
+            pin: Some((ptr, bytes)),
+        });
         Ok(())
     }
 
@@ -109,7 +133,10 @@ impl Sut {
         };
         r.map_err(|e| self.fail(check, format!("{what}: reading it back failed: {e}")))?;
         if back[..n] != pattern[..n] {
-            return Err(self.fail(check, format!("{what}: the device pointer does not reach the bytes the host wrote")));
+            return Err(self.fail(
+                check,
+                format!("{what}: the device pointer does not reach the bytes the host wrote"),
+            ));
         }
         Ok(())
     }
@@ -123,7 +150,10 @@ impl Sut {
         if !self.caps.managed_memory {
             return match r {
                 Err(_) => Ok(()),
-                Ok(_) => Err(self.fail(C, "capabilities().managed_memory is false, yet memallocmanaged returned memory")),
+                Ok(_) => Err(self.fail(
+                    C,
+                    "capabilities().managed_memory is false, yet memallocmanaged returned memory",
+                )),
             };
         }
         if size == Size::Zero {
@@ -155,8 +185,13 @@ impl Sut {
                 let at = off as u64;
                 self.driver
                     .host_write(mem.host_ptr().offset(at), &[fill; EDGE][..len])
-                    .and_then(|()| self.driver.memcpy_dtoh(&mut back[..len], base.offset(at), None))
-                    .map_err(|e| self.fail(C, format!("{what}: host write and device read failed: {e}")))?;
+                    .and_then(|()| {
+                        self.driver
+                            .memcpy_dtoh(&mut back[..len], base.offset(at), None)
+                    })
+                    .map_err(|e| {
+                        self.fail(C, format!("{what}: host write and device read failed: {e}"))
+                    })?;
                 check_writes_stay_in_their_allocation(u32::MAX, at, fill, &back[..len])
                     .map_err(|m| self.fail(C, format!("{what}: host and device disagree: {m}")))?;
             }
@@ -177,7 +212,9 @@ impl Sut {
 
     pub(super) fn ipc(&mut self, pick: Pick, start: u16) -> Found {
         const C: CheckId = CheckId::IpcHandleAddressesSameBytes;
-        let Some(id) = self.pick_buffer(pick, |b| b.kind == BufKind::Device && b.alloc_stream.is_none()) else {
+        let Some(id) = self.pick_buffer(pick, |b| {
+            b.kind == BufKind::Device && b.alloc_stream.is_none()
+        }) else {
             return Ok(());
         };
         let (Some(owner), Some(b)) = (self.pointer_of(id), self.buffers.get(&id)) else {
@@ -200,30 +237,50 @@ impl Sut {
         let mut handle = match r {
             Ok(h) => h,
             Err(EmmError::Unsupported { .. }) => return Ok(()),
-            Err(e) => return Err(self.fail(C, format!("get_ipc_handle of {} failed: {e}", exported.device_ptr()))),
+            Err(e) => {
+                return Err(self.fail(
+                    C,
+                    format!("get_ipc_handle of {} failed: {e}", exported.device_ptr()),
+                ))
+            }
         };
         check_ipc_handle_addresses_same_bytes(&*self.driver, &exported, &handle)
             .map_err(|m| self.fail(C, m))?;
-        if let (true, Some(importer)) = (self.observes.second_process, self.machine.second_process()) {
+        if let (true, Some(importer)) =
+            (self.observes.second_process, self.machine.second_process())
+        {
             let _h = CallerScope::enter(HARNESS);
             let ctx = importer
                 .primary_context(DeviceId(0))
                 .map_err(|e| self.harness_error(C, "the second process's context", e))?;
-            let opened = handle
-                .open(importer.clone(), ctx)
-                .map_err(|e| self.fail(C, format!("opening the handle in a second process failed: {e}")))?;
+            let opened = handle.open(importer.clone(), ctx).map_err(|e| {
+                self.fail(
+                    C,
+                    format!("opening the handle in a second process failed: {e}"),
+                )
+            })?;
             let n = head - off;
             let mut back = [0u8; EDGE];
             let read = importer.memcpy_dtoh(&mut back[..n], opened.device_ptr(), None);
             let closed = handle.close();
-            self.machine
-                .importer_done()
-                .map_err(|e| self.harness_error(C, "ordering the exporter after the importer", e))?;
-            read.map_err(|e| self.fail(C, format!("the importer cannot read the handle's bytes: {e}")))?;
-            closed.map_err(|e| self.fail(C, format!("closing the opened handle failed: {e}")))?;
-            check_writes_stay_in_their_allocation(id, off as u64, fill, &back[..n]).map_err(|m| {
-                self.fail(C, format!("opened in another process, the handle reaches other bytes: {m}"))
+            self.machine.importer_done().map_err(|e| {
+                self.harness_error(C, "ordering the exporter after the importer", e)
             })?;
+            read.map_err(|e| {
+                self.fail(
+                    C,
+                    format!("the importer cannot read the handle's bytes: {e}"),
+                )
+            })?;
+            closed.map_err(|e| self.fail(C, format!("closing the opened handle failed: {e}")))?;
+            check_writes_stay_in_their_allocation(id, off as u64, fill, &back[..n]).map_err(
+                |m| {
+                    self.fail(
+                        C,
+                        format!("opened in another process, the handle reaches other bytes: {m}"),
+                    )
+                },
+            )?;
         }
         self.handles.push(Handle::Ipc { buffer: id, handle });
         if let Some(b) = self.buffers.get_mut(&id) {
@@ -245,14 +302,21 @@ impl Sut {
     pub(super) fn check_unpinned(&self, when: &str) -> Found {
         let _h = CallerScope::enter(HARNESS);
         for &(ptr, len) in &self.pageable {
-            let pinned_now = self.handles.iter().any(|h| matches!(h, Handle::Host { pin: Some((p, _)), .. } if *p == ptr));
+            let pinned_now = self
+                .handles
+                .iter()
+                .any(|h| matches!(h, Handle::Host { pin: Some((p, _)), .. } if *p == ptr));
             if pinned_now {
                 continue;
             }
             match self.driver.host_register(ptr, len, false) {
                 Ok(()) => {
                     self.driver.host_unregister(ptr).map_err(|e| {
-                        self.harness_error(CheckId::MempinUnpinsInFinalizer, "unpinning a test pin", e)
+                        self.harness_error(
+                            CheckId::MempinUnpinsInFinalizer,
+                            "unpinning a test pin",
+                            e,
+                        )
                     })?;
                 }
                 Err(e) if e.code == CudaCode::HOST_MEMORY_ALREADY_REGISTERED => {
@@ -261,7 +325,13 @@ impl Sut {
                         format!("{ptr} ({len} bytes) is still pinned {when}; the finalizer must unpin it"),
                     ));
                 }
-                Err(e) => return Err(self.harness_error(CheckId::MempinUnpinsInFinalizer, "pinning a test buffer", e)),
+                Err(e) => {
+                    return Err(self.harness_error(
+                        CheckId::MempinUnpinsInFinalizer,
+                        "pinning a test buffer",
+                        e,
+                    ))
+                }
             }
         }
         Ok(())

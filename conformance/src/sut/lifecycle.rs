@@ -115,7 +115,11 @@ impl Sut {
         match guarded(|| self.manager().reset()) {
             Ok(Ok(())) => {}
             Ok(Err(e)) => {
-                let when = if before_initialize { " before initialize" } else { "" };
+                let when = if before_initialize {
+                    " before initialize"
+                } else {
+                    ""
+                };
                 return Err(self.fail(check_for(Some(&e)), format!("reset(){when} failed: {e}")));
             }
             Err(p) => return Err(self.fail(check_for(None), format!("reset(): {p}"))),
@@ -137,7 +141,10 @@ impl Sut {
     pub(super) fn end_defer_cleanup(&mut self) -> Found {
         match self.guards.pop() {
             Some(g) => guarded(|| drop(g)).map_err(|p| {
-                self.fail(CheckId::DeferCleanupNests, format!("dropping the guard: {p}"))
+                self.fail(
+                    CheckId::DeferCleanupNests,
+                    format!("dropping the guard: {p}"),
+                )
             }),
             None => Ok(()),
         }
@@ -155,7 +162,12 @@ impl Sut {
             };
             scope()
         })
-        .map_err(|p| self.fail(CheckId::DeferCleanupNests, format!("inside defer_cleanup(): {p}")))?;
+        .map_err(|p| {
+            self.fail(
+                CheckId::DeferCleanupNests,
+                format!("inside defer_cleanup(): {p}"),
+            )
+        })?;
         match r {
             Err(_) => Ok(()),
             Ok(()) => Err(self.fail(
@@ -207,18 +219,36 @@ impl Sut {
         self.take_seen()?;
         let manager = self.manager.take();
         guarded(|| drop(manager)).map_err(|p| {
-            self.fail(CheckId::FinalizerRunsOnce, format!("dropping the manager: {p}"))
+            self.fail(
+                CheckId::FinalizerRunsOnce,
+                format!("dropping the manager: {p}"),
+            )
         })?;
         self.check_baseline(CheckId::FinalizerRunsOnce, "after the manager was dropped")?;
         if self.observes.host_leaks {
             if let Some(held) = self.machine.held() {
                 for (n, what, check) in [
-                    (held.pinned, "pinned host allocation(s)", CheckId::FinalizerRunsOnce),
-                    (held.managed, "managed allocation(s)", CheckId::FinalizerRunsOnce),
-                    (held.registrations, "pinned host range(s)", CheckId::MempinUnpinsInFinalizer),
+                    (
+                        held.pinned,
+                        "pinned host allocation(s)",
+                        CheckId::FinalizerRunsOnce,
+                    ),
+                    (
+                        held.managed,
+                        "managed allocation(s)",
+                        CheckId::FinalizerRunsOnce,
+                    ),
+                    (
+                        held.registrations,
+                        "pinned host range(s)",
+                        CheckId::MempinUnpinsInFinalizer,
+                    ),
                 ] {
                     if n > 0 {
-                        return Err(self.fail(check, format!("{n} {what} outlived the manager: a finalizer never ran")));
+                        return Err(self.fail(
+                            check,
+                            format!("{n} {what} outlived the manager: a finalizer never ran"),
+                        ));
                     }
                 }
             }

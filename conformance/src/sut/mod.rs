@@ -73,11 +73,26 @@ struct Buffer {
 /// Something the suite holds that keeps memory alive (dropping it is what frees).
 #[expect(dead_code, reason = "the fields are held for their Drop, never read")]
 enum Handle {
-    Pointer { buffer: u32, ptr: MemoryPointer },
-    View { buffer: u32, ptr: MemoryPointer },
-    Managed { buffer: u32, mem: ManagedMemory },
-    Ipc { buffer: u32, handle: IpcHandle },
-    Host { mem: HostMemory, pin: Option<(HostPtr, usize)> },
+    Pointer {
+        buffer: u32,
+        ptr: MemoryPointer,
+    },
+    View {
+        buffer: u32,
+        ptr: MemoryPointer,
+    },
+    Managed {
+        buffer: u32,
+        mem: ManagedMemory,
+    },
+    Ipc {
+        buffer: u32,
+        handle: IpcHandle,
+    },
+    Host {
+        mem: HostMemory,
+        pin: Option<(HostPtr, usize)>,
+    },
 }
 
 impl Handle {
@@ -147,7 +162,11 @@ impl Sut {
         let device_total = driver
             .device_properties(DeviceId(0))
             .map(|p| p.total_memory)
-            .map_err(|e| Err(SetupError(format!("cannot read the device's properties: {e}"))))?;
+            .map_err(|e| {
+                Err(SetupError(format!(
+                    "cannot read the device's properties: {e}"
+                )))
+            })?;
         let mut streams = [StreamId::DEFAULT; LANES];
         for s in streams.iter_mut().skip(1) {
             *s = driver
@@ -170,14 +189,18 @@ impl Sut {
             Err(p) => return Err(Err(SetupError(format!("creating the manager: {p}")))),
         };
         let name = manager.name().to_string();
-        check_interface_version(&name, factory.interface_version(), manager.interface_version())
-            .map_err(|message| {
-                Ok(Finding {
-                    check: CheckId::InterfaceVersion,
-                    step: 0,
-                    message,
-                })
-            })?;
+        check_interface_version(
+            &name,
+            factory.interface_version(),
+            manager.interface_version(),
+        )
+        .map_err(|message| {
+            Ok(Finding {
+                check: CheckId::InterfaceVersion,
+                step: 0,
+                message,
+            })
+        })?;
         let caps = manager.capabilities();
         Ok(Sut {
             machine,
@@ -299,7 +322,10 @@ impl Sut {
                     | crate::backend::Seen::OutOfBounds(t)
                     | crate::backend::Seen::Other(t) => t.clone(),
                 };
-                Err(self.fail(check, format!("the {} backend saw: {text}", self.backend_word())))
+                Err(self.fail(
+                    check,
+                    format!("the {} backend saw: {text}", self.backend_word()),
+                ))
             }
         }
     }

@@ -56,7 +56,10 @@ impl Sut {
                 .collect();
             workers
                 .into_iter()
-                .map(|w| w.join().unwrap_or_else(|_| Err("a thread of the suite panicked".into())))
+                .map(|w| {
+                    w.join()
+                        .unwrap_or_else(|_| Err("a thread of the suite panicked".into()))
+                })
                 .collect()
         });
         let mut all: Vec<(DevicePtr, usize, usize)> = Vec::new();
@@ -72,12 +75,20 @@ impl Sut {
         for w in all.windows(2) {
             let ((a, an, at), (b, _, bt)) = (w[0], w[1]);
             if a.0 + an as u64 > b.0 {
-                return Err(self.fail(C, format!("thread {at} got {a} ({an} bytes) and thread {bt} got {b}: they overlap")));
+                return Err(self.fail(
+                    C,
+                    format!(
+                        "thread {at} got {a} ({an} bytes) and thread {bt} got {b}: they overlap"
+                    ),
+                ));
             }
         }
         for &(p, n, t) in &all {
             if let Some(o) = self.model.overlapping(p.0, n as u64) {
-                return Err(self.fail(C, format!("thread {t} got {p}, inside live allocation #{}", o.buffer)));
+                return Err(self.fail(
+                    C,
+                    format!("thread {t} got {p}, inside live allocation #{}", o.buffer),
+                ));
             }
         }
         guarded(|| drop(kept)).map_err(|p| self.fail(C, format!("freeing: {p}")))
@@ -101,7 +112,13 @@ impl Sut {
             let producer = s.spawn(move || -> Result<(), String> {
                 current(driver, ctx)?;
                 for i in 0..items {
-                    let r = guarded(|| if ordered { manager.memalloc_async(bytes, a) } else { manager.memalloc(bytes) })?;
+                    let r = guarded(|| {
+                        if ordered {
+                            manager.memalloc_async(bytes, a)
+                        } else {
+                            manager.memalloc(bytes)
+                        }
+                    })?;
                     let ptr = match r {
                         Ok(p) => p,
                         Err(e) if e.is_out_of_memory() => break,
@@ -112,7 +129,9 @@ impl Sut {
                     let stream = ordered.then_some(a);
                     let fill = [byte; 64];
                     let n = bytes.min(64);
-                    driver.memcpy_htod(ptr.device_ptr(), &fill[..n], stream).map_err(|e| e.to_string())?;
+                    driver
+                        .memcpy_htod(ptr.device_ptr(), &fill[..n], stream)
+                        .map_err(|e| e.to_string())?;
                     let event = match stream {
                         Some(st) => {
                             let e = driver.event_create().map_err(|e| e.to_string())?;
@@ -139,17 +158,23 @@ impl Sut {
                     let _h = CallerScope::enter(HARNESS);
                     let n = bytes.min(64);
                     let mut back = [0u8; 64];
-                    driver.memcpy_dtoh(&mut back[..n], ptr.device_ptr(), Some(stream)).map_err(|e| e.to_string())?;
+                    driver
+                        .memcpy_dtoh(&mut back[..n], ptr.device_ptr(), Some(stream))
+                        .map_err(|e| e.to_string())?;
                     drop(_h);
                     if back[..n].iter().any(|&x| x != byte) {
-                        return Err(format!("the consumer read other bytes than the producer wrote at {}", ptr.device_ptr()));
+                        return Err(format!(
+                            "the consumer read other bytes than the producer wrote at {}",
+                            ptr.device_ptr()
+                        ));
                     }
                     let freed = if ordered {
                         guarded(|| manager.memfree_async(ptr, b))?
                     } else {
                         guarded(|| drop(ptr)).map(Ok)?
                     };
-                    freed.map_err(|e: EmmError| format!("freeing on the consumer's stream: {e}"))?;
+                    freed
+                        .map_err(|e: EmmError| format!("freeing on the consumer's stream: {e}"))?;
                 }
                 Ok(())
             });
@@ -160,7 +185,8 @@ impl Sut {
 }
 
 fn join(h: thread::ScopedJoinHandle<'_, Result<(), String>>) -> Result<(), String> {
-    h.join().unwrap_or_else(|_| Err("a thread of the suite panicked".into()))
+    h.join()
+        .unwrap_or_else(|_| Err("a thread of the suite panicked".into()))
 }
 
 fn current(driver: &dyn Driver, ctx: ContextId) -> Result<(), String> {

@@ -91,7 +91,9 @@ impl BlockResource {
     fn wait(&self, from: StreamId, to: StreamId) -> MrResult<()> {
         let d = &self.driver;
         let e = d.event_create()?;
-        let r = d.event_record(e, from).and_then(|()| d.stream_wait_event(to, e));
+        let r = d
+            .event_record(e, from)
+            .and_then(|()| d.stream_wait_event(to, e));
         d.event_destroy(e).and(r).map_err(MrError::from)
     }
 
@@ -124,12 +126,21 @@ impl DeviceMemoryResource for BlockResource {
                 }
                 other => other,
             }
-            .map_err(|e| if e.is_out_of_memory() { self.oom(bytes, 0) } else { e.into() })?;
+            .map_err(|e| {
+                if e.is_out_of_memory() {
+                    self.oom(bytes, 0)
+                } else {
+                    e.into()
+                }
+            })?;
             self.lock().large.insert(p.0, size);
             return Ok(p);
         }
         let mut st = self.lock();
-        let same = st.free.iter().position(|f| f.size == size && f.stream == stream);
+        let same = st
+            .free
+            .iter()
+            .position(|f| f.size == size && f.stream == stream);
         let any = same.or_else(|| st.free.iter().position(|f| f.size == size));
         if let Some(i) = any {
             let f = st.free.swap_remove(i);
@@ -148,7 +159,11 @@ impl DeviceMemoryResource for BlockResource {
             return Err(self.oom(bytes, CHUNK - st.bump));
         }
         let p = base.offset(st.bump);
-        st.bump += if self.flaw == Flaw::HalfStride { (size / 2) / 256 * 256 } else { size };
+        st.bump += if self.flaw == Flaw::HalfStride {
+            (size / 2) / 256 * 256
+        } else {
+            size
+        };
         st.live.insert(p.0, size);
         Ok(p)
     }
@@ -202,7 +217,7 @@ impl Drop for BlockResource {
         if let Some(c) = st.chunk.take() {
             let _ = self.driver.mem_free(c);
         }
-        for (&p, _) in &st.large {
+        for &p in st.large.keys() {
             let _ = self.driver.mem_free(DevicePtr(p));
         }
     }

@@ -85,7 +85,10 @@ impl ManagerFactory for ZooFactory {
                     .with_reset_hook(move || hook.release_empty().map_err(Into::into));
                 (Box::new(m), Some(r))
             }
-            None => (Box::new(DefaultManager::new(driver.clone(), t.context)), None),
+            None => (
+                Box::new(DefaultManager::new(driver.clone(), t.context)),
+                None,
+            ),
         };
         Ok(Box::new(Broken {
             inner,
@@ -112,7 +115,13 @@ pub struct Broken {
 
 impl Broken {
     /// A pointer at `ptr` whose finalizer drops `keep` (and runs `also` after).
-    fn wrap(&self, ptr: DevicePtr, size: usize, keep: MemoryPointer, also: Option<Box<dyn FnOnce() + Send>>) -> MemoryPointer {
+    fn wrap(
+        &self,
+        ptr: DevicePtr,
+        size: usize,
+        keep: MemoryPointer,
+        also: Option<Box<dyn FnOnce() + Send>>,
+    ) -> MemoryPointer {
         let f = Finalizer::new(move || {
             drop(keep);
             if let Some(a) = also {
@@ -174,11 +183,23 @@ impl MemoryManager for Broken {
         }
     }
 
-    fn memhostalloc(&self, size: usize, mapped: bool, portable: bool, wc: bool) -> EmmResult<HostMemory> {
+    fn memhostalloc(
+        &self,
+        size: usize,
+        mapped: bool,
+        portable: bool,
+        wc: bool,
+    ) -> EmmResult<HostMemory> {
         self.inner.memhostalloc(size, mapped, portable, wc)
     }
 
-    fn mempin(&self, owner: Option<PinOwner>, ptr: HostPtr, size: usize, mapped: bool) -> EmmResult<HostMemory> {
+    fn mempin(
+        &self,
+        owner: Option<PinOwner>,
+        ptr: HostPtr,
+        size: usize,
+        mapped: bool,
+    ) -> EmmResult<HostMemory> {
         self.inner.mempin(owner, ptr, size, mapped)
     }
 
@@ -204,19 +225,29 @@ impl MemoryManager for Broken {
         }
         // The classic slip: the view's offset, forgetting where the block lies in its chunk.
         let offset = memory.offset() as u64;
-        Ok(IpcHandle::new(h.base().cloned(), h.handle, h.size, h.source_info.clone(), offset))
+        Ok(IpcHandle::new(
+            h.base().cloned(),
+            h.handle,
+            h.size,
+            h.source_info.clone(),
+            offset,
+        ))
     }
 
     fn reset(&self) -> EmmResult<()> {
         match self.bug {
             Bug::CrashOnResetBeforeInitialize if !self.initialized.load(Ordering::SeqCst) => {
-                let state: Option<&Mutex<()>> = None;
-                let _ = state.expect("reset before initialize: no state yet");
-                Ok(())
+                // The bug: state made by initialize is assumed to exist.
+                panic!("reset before initialize: no state yet")
             }
             Bug::LeakAtReset => Ok(()),
             Bug::AllocationBehindTheManagersBack => {
-                if let Some(p) = self.scratch.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                if let Some(p) = self
+                    .scratch
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .take()
+                {
                     let _ = self.driver.mem_free(p);
                 }
                 self.inner.reset()
