@@ -70,8 +70,10 @@ pub struct Failure {
     /// The regression file it was written to, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub regression: Option<String>,
-    /// The one-line command that replays it.
+    /// The one-line command that replays it (from the regression file, when one was written).
     pub replay: String,
+    /// The command that reruns the whole run with the same seed.
+    pub rerun: String,
 }
 
 impl Failure {
@@ -99,7 +101,7 @@ impl Failure {
                 None,
                 format!("{rerun}  (the regression file was not written: {e})"),
             ),
-            None => (None, rerun),
+            None => (None, rerun.clone()),
         };
         Failure {
             message: r.message.clone(),
@@ -109,6 +111,7 @@ impl Failure {
             ops: r.ops.iter().map(ToString::to_string).collect(),
             regression,
             replay,
+            rerun,
         }
     }
 }
@@ -224,6 +227,9 @@ impl Report {
                 );
             }
             let _ = writeln!(out, "        replay: {}", f.replay);
+            if f.rerun != f.replay {
+                let _ = writeln!(out, "        rerun with: {}", f.rerun);
+            }
         }
         let failed = self.failed().count();
         let skipped = self.checks.iter().filter(|c| c.skipped).count();

@@ -17,7 +17,10 @@ pub fn use_color(is_terminal: bool, off: bool) -> bool {
 
 /// One line of the bar: `[#####.....]  12/104 cases  0 failed  1.2 s`.
 pub fn bar(p: Progress, seconds: f64) -> String {
-    let filled = (p.done * WIDTH).checked_div(p.total).unwrap_or(WIDTH).min(WIDTH);
+    let filled = (p.done * WIDTH)
+        .checked_div(p.total)
+        .unwrap_or(WIDTH)
+        .min(WIDTH);
     format!(
         "[{}{}] {:>4}/{} cases  {} failed  {seconds:.1} s",
         "#".repeat(filled),

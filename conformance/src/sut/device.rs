@@ -43,7 +43,7 @@ impl Sut {
     pub(super) fn memalloc(&mut self, size: Size) -> Found {
         self.ensure_initialized()?;
         let bytes = size.bytes(self.device_total);
-        let r = guarded(|| self.manager().memalloc(bytes));
+        let r = self.call(|m| m.memalloc(bytes))?;
         let req = Request {
             what: "memalloc",
             size,
@@ -58,7 +58,7 @@ impl Sut {
         self.ensure_initialized()?;
         let bytes = size.bytes(self.device_total);
         let stream = self.lane(lane);
-        let r = guarded(|| self.manager().memalloc_async(bytes, stream));
+        let r = self.call(|m| m.memalloc_async(bytes, stream))?;
         if !self.caps.stream_ordered {
             return match r {
                 Ok(Err(EmmError::Unsupported { .. })) => Ok(()),
@@ -349,7 +349,7 @@ impl Sut {
         if let Some(b) = self.buffers.remove(&id) {
             self.model.free(b.base.0, freed_on, self.step);
         }
-        match guarded(|| self.manager().memfree_async(ptr, stream)) {
+        match self.call(|m| m.memfree_async(ptr, stream))? {
             Ok(Ok(())) => Ok(()),
             Ok(Err(EmmError::Unsupported { .. })) if !self.caps.stream_ordered => Ok(()),
             Ok(Err(e)) => Err(self.fail(

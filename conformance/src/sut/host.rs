@@ -7,7 +7,7 @@ use emm_core::contract::{EmmError, HostMemory, PinOwner};
 use emm_core::{CudaCode, DeviceId};
 
 use super::device::{spans, EDGE};
-use super::{guarded, BufKind, Buffer, Found, Handle, Sut, HARNESS};
+use super::{BufKind, Buffer, Found, Handle, Sut, HARNESS};
 use crate::assertions::{
     check_get_memory_info_consistent, check_ipc_handle_addresses_same_bytes,
     check_memalloc_never_overlaps, check_memhostalloc_honours_flags,
@@ -32,7 +32,8 @@ impl Sut {
         const C: CheckId = CheckId::MemhostallocHonoursFlags;
         self.ensure_initialized()?;
         let bytes = host_bytes(size, self.device_total);
-        let r = guarded(|| self.manager().memhostalloc(bytes, mapped, portable, wc))
+        let r = self
+            .call(|m| m.memhostalloc(bytes, mapped, portable, wc))?
             .map_err(|p| self.fail(oom_or(size, C), format!("memhostalloc({bytes}): {p}")))?;
         if size == Size::Zero {
             return check_zero_size_is_an_error("memhostalloc", &r)
@@ -78,7 +79,8 @@ impl Sut {
         };
         self.pageable.push((ptr, bytes.max(1)));
         let owner: PinOwner = Arc::new(bytes);
-        let r = guarded(|| self.manager().mempin(Some(owner), ptr, bytes, mapped))
+        let r = self
+            .call(|m| m.mempin(Some(owner), ptr, bytes, mapped))?
             .map_err(|p| self.fail(C, format!("mempin({bytes}): {p}")))?;
         if size == Size::Zero {
             return check_zero_size_is_an_error("mempin", &r)
@@ -145,7 +147,8 @@ impl Sut {
         const C: CheckId = CheckId::MemallocmanagedIsUnified;
         self.ensure_initialized()?;
         let bytes = size.bytes(self.device_total);
-        let r = guarded(|| self.manager().memallocmanaged(bytes, attach_global))
+        let r = self
+            .call(|m| m.memallocmanaged(bytes, attach_global))?
             .map_err(|p| self.fail(oom_or(size, C), format!("memallocmanaged({bytes}): {p}")))?;
         if !self.caps.managed_memory {
             return match r {
@@ -232,7 +235,8 @@ impl Sut {
                 .stream_synchronize(last)
                 .map_err(|e| self.harness_error(C, "synchronizing before export", e))?;
         }
-        let r = guarded(|| self.manager().get_ipc_handle(&exported))
+        let r = self
+            .call(|m| m.get_ipc_handle(&exported))?
             .map_err(|p| self.fail(C, format!("get_ipc_handle: {p}")))?;
         let mut handle = match r {
             Ok(h) => h,
@@ -291,7 +295,8 @@ impl Sut {
 
     pub(super) fn memory_info(&mut self) -> Found {
         const C: CheckId = CheckId::GetMemoryInfoConsistent;
-        let r = guarded(|| self.manager().get_memory_info())
+        let r = self
+            .call(|m| m.get_memory_info())?
             .map_err(|p| self.fail(C, format!("get_memory_info: {p}")))?;
         check_get_memory_info_consistent(&r, self.caps.memory_info, self.device_total)
             .map_err(|m| self.fail(C, m))

@@ -22,7 +22,7 @@ impl Sut {
 
     fn call_initialize(&mut self) -> Found {
         const C: CheckId = CheckId::InitializeKeepsState;
-        match guarded(|| self.manager().initialize()) {
+        match self.call(|m| m.initialize())? {
             Ok(Ok(())) => {
                 self.model.initialized = true;
                 Ok(())
@@ -39,7 +39,7 @@ impl Sut {
         self.call_initialize()?;
         self.verify_all(C)?;
         let bytes = Size::Pages(0).bytes(self.device_total);
-        let r = guarded(|| self.manager().memalloc(bytes));
+        let r = self.call(|m| m.memalloc(bytes))?;
         let req = Request {
             what: "memalloc (a probe after initialize)",
             size: Size::Pages(0),
@@ -112,7 +112,7 @@ impl Sut {
             | Some(EmmError::Resource(MrError::InvalidFree { .. })) => CheckId::FinalizerRunsOnce,
             _ => CheckId::ResetFreesEverything,
         };
-        match guarded(|| self.manager().reset()) {
+        match self.call(|m| m.reset())? {
             Ok(Ok(())) => {}
             Ok(Err(e)) => {
                 let when = if before_initialize {
@@ -132,7 +132,8 @@ impl Sut {
     }
 
     pub(super) fn defer_cleanup(&mut self) -> Found {
-        let g = guarded(|| self.manager().defer_cleanup())
+        let g = self
+            .call(|m| m.defer_cleanup())?
             .map_err(|p| self.fail(CheckId::DeferCleanupNests, format!("defer_cleanup(): {p}")))?;
         self.guards.push(g);
         Ok(())
@@ -153,8 +154,8 @@ impl Sut {
     /// A scope holding a guard, left early by an error, as `?` leaves it.
     pub(super) fn defer_cleanup_with_error(&mut self) -> Found {
         self.ensure_initialized()?;
+        let m = self.manager()?;
         let r = guarded(|| {
-            let m = self.manager();
             let scope = || -> Result<(), EmmError> {
                 let _cleanup = m.defer_cleanup();
                 drop(m.memalloc(0)?);
@@ -186,7 +187,7 @@ impl Sut {
             return Ok(());
         };
         self.synchronize(C)?;
-        let r = guarded(|| self.manager().memalloc(bytes));
+        let r = self.call(|m| m.memalloc(bytes))?;
         let retry = match r {
             Ok(Err(e)) => {
                 return Err(self.fail(

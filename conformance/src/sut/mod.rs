@@ -292,12 +292,22 @@ impl Sut {
         }
     }
 
-    fn manager(&self) -> &dyn MemoryManager {
-        // The manager is taken only by teardown, after which no operation runs.
-        match &self.manager {
-            Some(m) => &**m,
-            None => unreachable_manager(),
-        }
+    /// Calls the manager at the plugin boundary (a panic becomes the failure's message).
+    fn call<T>(
+        &self,
+        f: impl FnOnce(&dyn MemoryManager) -> T,
+    ) -> Result<Result<T, String>, Finding> {
+        self.manager().map(|m| guarded(|| f(m)))
+    }
+
+    fn manager(&self) -> Result<&dyn MemoryManager, Finding> {
+        // Teardown takes the manager last; nothing calls it after that.
+        self.manager.as_deref().ok_or_else(|| {
+            self.fail(
+                CheckId::FinalizerRunsOnce,
+                "the suite called the manager after dropping it (a bug of emm-conformance)",
+            )
+        })
     }
 
     fn lane(&self, lane: u8) -> StreamId {
@@ -367,10 +377,4 @@ impl Sut {
         }
         self.pageable.clear();
     }
-}
-
-#[cold]
-fn unreachable_manager() -> ! {
-    // Reaching here is a bug of the suite, not of a plugin: teardown runs last.
-    panic!("emm-conformance: the manager was used after teardown")
 }

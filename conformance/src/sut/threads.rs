@@ -45,7 +45,7 @@ impl Sut {
             Size::Zero | Size::Absurd | Size::Max | Size::NearTotal(_) => 4096,
             s => s.bytes(self.device_total).min(THREAD_CAP),
         };
-        let (manager, driver, ctx) = (self.manager(), &*self.driver, self.context);
+        let (manager, driver, ctx) = (self.manager()?, &*self.driver, self.context);
         let barrier = Barrier::new(threads);
         let got: Vec<Got> = thread::scope(|s| {
             let workers: Vec<_> = (0..threads)
@@ -106,7 +106,7 @@ impl Sut {
         };
         let (a, b) = (self.streams[1], self.streams[2]);
         let ordered = self.caps.stream_ordered;
-        let (manager, driver, ctx) = (self.manager(), &*self.driver, self.context);
+        let (manager, driver, ctx) = (self.manager()?, &*self.driver, self.context);
         let (tx, rx) = mpsc::channel::<(MemoryPointer, Option<emm_core::EventId>, u8)>();
         let (made, used) = thread::scope(|s| {
             let producer = s.spawn(move || -> Result<(), String> {
