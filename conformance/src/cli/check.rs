@@ -37,7 +37,7 @@ exit status: 0 all checks pass, 1 a check fails, 2 the plugin cannot be loaded o
 
 fn run(args: Args) -> i32 {
     match parse(args) {
-        Ok(Mode::Check(plugin, config, json)) => check(&plugin, config, json),
+        Ok(Mode::Check(plugin, config, json, no_color)) => check(&plugin, config, json, no_color),
         Ok(Mode::Replay(plugin, backend_name, file, json)) => {
             replay_file(&plugin, backend_name, &file, json)
         }
@@ -49,7 +49,7 @@ fn run(args: Args) -> i32 {
 }
 
 enum Mode {
-    Check(String, Config, bool),
+    Check(String, Config, bool, bool),
     Replay(String, Option<String>, PathBuf, bool),
 }
 
@@ -68,7 +68,6 @@ fn parse(mut a: Args) -> Result<Mode, String> {
         .positional()
         .ok_or("name the plugin to check, e.g. `emm check default`")?;
     a.finish()?;
-    let _ = no_color;
     if let Some(f) = file {
         return Ok(Mode::Replay(plugin, backend_name, PathBuf::from(f), json));
     }
@@ -89,7 +88,7 @@ fn parse(mut a: Args) -> Result<Mode, String> {
     if !json {
         config.progress = on_stderr();
     }
-    Ok(Mode::Check(plugin, config, json))
+    Ok(Mode::Check(plugin, config, json, no_color))
 }
 
 /// Plugins' panics are caught and reported as failures; their default message would only
@@ -100,7 +99,7 @@ fn quiet_panics() {
     }
 }
 
-fn check(plugin: &str, config: Config, json: bool) -> i32 {
+fn check(plugin: &str, config: Config, json: bool, no_color: bool) -> i32 {
     let factory = match resolve_plugin(plugin) {
         Ok(f) => f,
         Err(e) => return cannot_run(plugin, &e, json),
@@ -110,10 +109,7 @@ fn check(plugin: &str, config: Config, json: bool) -> i32 {
     if json {
         println!("{}", report.to_json());
     } else {
-        let color = use_color(
-            std::io::stdout().is_terminal(),
-            std::env::args().any(|a| a == "--no-color"),
-        );
+        let color = use_color(std::io::stdout().is_terminal(), no_color);
         print!("{}", report.to_table(color));
     }
     if report.error.is_some() {
