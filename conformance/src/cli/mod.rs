@@ -1,0 +1,121 @@
+//! The `emm` command-line tool: one file per subcommand, listed in [`COMMANDS`].
+//!
+//! A new subcommand is a new file with a `pub const COMMAND: Command` and one line in
+//! [`COMMANDS`]. Exit status: [`EXIT_PASS`] when all checks pass, [`EXIT_FAIL`] when one
+//! fails, [`EXIT_CANNOT_RUN`] when the plugin cannot be loaded or run, or the command line is
+//! wrong (the reason goes to stderr).
+//!
+//! - [`args`]: a small parser of flags and values.
+//! - [`progress`]: the progress bar and colours, on stderr, by hand.
+//! - [`check`]: `emm check <plugin>`.
+//! - [`list`]: `emm list`.
+
+pub mod args;
+pub mod check;
+pub mod list;
+pub mod progress;
+
+use std::sync::Arc;
+
+use emm_core::contract::selection::{current_factory_with_env, manager_names};
+use emm_core::contract::ManagerFactory;
+
+use crate::backend::Backend;
+use crate::sim_backend::SimBackend;
+pub use args::Args;
+
+/// All checks passed.
+pub const EXIT_PASS: i32 = 0;
+/// A check failed.
+pub const EXIT_FAIL: i32 = 1;
+/// The plugin could not be loaded or run, or the command line is wrong.
+pub const EXIT_CANNOT_RUN: i32 = 2;
+
+/// One subcommand of `emm`.
+#[derive(Debug, Clone, Copy)]
+pub struct Command {
+    /// What follows `emm`, e.g. `check`.
+    pub name: &'static str,
+    /// One line for `emm help`.
+    pub summary: &'static str,
+    /// Its usage text (flags and what they do).
+    pub usage: &'static str,
+    /// Runs it on the arguments after its name; returns the exit status.
+    pub run: fn(Args) -> i32,
+}
+
+/// Every subcommand, in the order `emm help` lists them.
+pub const COMMANDS: &[Command] = &[check::COMMAND, list::COMMAND];
+
+/// Runs `emm` with `argv` (without the program name); returns the exit status.
+pub fn main(argv: Vec<String>) -> i32 {
+    let mut argv = argv.into_iter();
+    let Some(name) = argv.next() else {
+        eprint!("{}", help());
+        return EXIT_CANNOT_RUN;
+    };
+    if matches!(name.as_str(), "help" | "--help" | "-h") {
+        print!("{}", help());
+        return EXIT_PASS;
+    }
+    match COMMANDS.iter().find(|c| c.name == name) {
+        Some(c) => {
+            let args = Args::new(argv.collect());
+            if args.has_help() {
+                print!("{}", c.usage);
+                return EXIT_PASS;
+            }
+            (c.run)(args)
+        }
+        None => {
+            eprintln!("emm: no command {name:?}; run `emm help` for the commands");
+            EXIT_CANNOT_RUN
+        }
+    }
+}
+
+/// The text of `emm help`.
+pub fn help() -> String {
+    let mut out = String::from(
+        "emm: GPU memory management by the EMM contract\n\nusage: emm <command> [args]\n\ncommands:\n",
+    );
+    for c in COMMANDS {
+        out.push_str(&format!("  {:<8} {}\n", c.name, c.summary));
+    }
+    out.push_str("\n`emm <command> --help` shows a command's flags.\n");
+    out
+}
+
+/// The factory of `plugin`: a built-in manager's name (`emm list` shows them) or the path
+/// of a `.wasm` plugin, resolved through the registry as `EMM_MEMORY_MANAGER` is.
+///
+/// # Errors
+///
+/// No such manager, or the plugin cannot be loaded, with the reason.
+pub fn resolve_plugin(plugin: &str) -> Result<Arc<dyn ManagerFactory>, String> {
+    if plugin.trim().is_empty() {
+        return Err(format!(
+            "no plugin named; give one of: {}",
+            manager_names().join(", ")
+        ));
+    }
+    current_factory_with_env(Some(plugin)).map_err(|e| e.to_string())
+}
+
+/// The backends `--backend` takes.
+pub const BACKENDS: &[&str] = &["sim"];
+
+/// The backend named `name`.
+///
+/// # Errors
+///
+/// An unknown name, with the known ones.
+pub fn backend(name: &str) -> Result<Arc<dyn Backend>, String> {
+    match name {
+        "sim" => Ok(Arc::new(SimBackend::new())),
+        other => Err(format!(
+            "no backend {other:?}; this build has: {} (the cuda backend arrives with hardware support)",
+            BACKENDS.join(", ")
+        )),
+    }
+}

@@ -1,0 +1,49 @@
+//! emm-conformance: checks any EMM plugin against the contract by property testing, on the
+//! simulated GPU (and, through [`Backend`], on a real one), and shrinks every failure to the
+//! shortest sequence of calls that breaks a rule, with a command that replays it.
+//!
+//! ```no_run
+//! use emm_conformance::{check, Config};
+//! use emm_core::managers::DefaultManager;
+//!
+//! let report = check(&*DefaultManager::factory(), &Config::new(42));
+//! println!("{}", report.to_table(false));
+//! assert!(report.passed);
+//! ```
+//!
+//! Modules:
+//! - [`checks`]: the named checks and the sentence each enforces ([`CHECKS`]).
+//! - [`assertions`]: one `check_<rule>` per sentence.
+//! - [`model`]: the reference model (live and freed address ranges).
+//! - [`sut`]: the system under test: a manager on a machine, driven one [`Op`] at a time.
+//! - [`transition`]: [`Op`], every operation a case can make.
+//! - [`strategy`]: the weights cases are drawn with, and the fixed scenarios.
+//! - [`runner`]: [`check`]: parallel cases, shrinking, regression files.
+//! - [`report`]: [`Report`]: table and JSON.
+//! - [`replay`]: regression files and [`replay::replay`].
+//! - [`config`]: [`Config`]: depth, seed (`EMM_SEED`), backend.
+//! - [`backend`]: [`Backend`] and [`Observes`]: where cases run and what is seen there.
+//! - [`sim_backend`]: [`SimBackend`], the simulated GPU.
+//! - [`cli`]: the `emm` command-line tool's subcommands.
+
+pub mod assertions;
+pub mod backend;
+pub mod checks;
+pub mod cli;
+pub mod config;
+pub mod model;
+pub mod replay;
+pub mod report;
+pub mod runner;
+pub mod sim_backend;
+pub mod strategy;
+pub mod sut;
+pub mod transition;
+
+pub use backend::{Backend, Machine, Observes};
+pub use checks::{CheckId, CHECKS};
+pub use config::Config;
+pub use report::Report;
+pub use runner::check;
+pub use sim_backend::SimBackend;
+pub use transition::{Op, Size};

@@ -1,0 +1,326 @@
+//! [`check`]: runs the fixed scenarios and the random cases on every core, shrinks the first
+//! failure of each check to its shortest sequence, and writes the report.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use emm_core::contract::ManagerFactory;
+use proptest::strategy::{Strategy, ValueTree};
+use proptest::test_runner::{Config as PtConfig, RngAlgorithm, TestRng, TestRunner};
+
+use crate::backend::Backend;
+use crate::checks::CheckId;
+use crate::config::{mix, Config, Progress};
+use crate::replay::{save, Regression};
+use crate::report::{Failure, Report};
+use crate::strategy::{case, scenarios};
+use crate::sut::{Finding, SetupError, Sut};
+use crate::transition::Op;
+
+/// Most runs spent lowering picks after shrinking.
+const PICK_RUNS: usize = 64;
+
+/// One shrunk failure, before it becomes a report entry.
+#[derive(Debug, Clone)]
+pub struct Found {
+    /// The case's index (scenarios first).
+    pub case: usize,
+    /// The seed of the case's machine.
+    pub machine_seed: u64,
+    /// The shortest sequence found that still fails the check.
+    pub ops: Vec<Op>,
+    /// The failure it gives.
+    pub finding: Finding,
+}
+
+/// Runs `ops` on a fresh machine of `backend` seeded with `machine_seed`.
+///
+/// # Errors
+///
+/// The machine or the plugin cannot be had.
+pub fn run_case(
+    factory: &dyn ManagerFactory,
+    backend: &dyn Backend,
+    machine_seed: u64,
+    ops: &[Op],
+) -> Result<Option<Finding>, SetupError> {
+    let machine = backend.machine(machine_seed).map_err(SetupError)?;
+    match Sut::new(factory, machine, backend.observes()) {
+        Ok(sut) => Ok(sut.run(ops)),
+        Err(Ok(f)) => Ok(Some(f)),
+        Err(Err(e)) => Err(e),
+    }
+}
+
+/// The seed of case `index` of a run seeded with `seed`.
+pub fn case_seed(seed: u64, index: usize) -> u64 {
+    mix(seed ^ mix(index as u64))
+}
+
+fn rng(seed: u64) -> TestRng {
+    let mut bytes = [0u8; 32];
+    for (i, chunk) in bytes.chunks_mut(8).enumerate() {
+        chunk.copy_from_slice(&mix(seed.wrapping_add(i as u64)).to_le_bytes());
+    }
+    TestRng::from_seed(RngAlgorithm::ChaCha, &bytes)
+}
+
+/// Checks the plugin that `factory` makes against every rule of the contract.
+///
+/// The fixed scenarios run first, then `config.cases` random cases of up to
+/// `config.max_ops` operations, `config.threads` at a time. The first failure of each check
+/// (lowest case index, so a seed always gives the same report) is shrunk and, when
+/// `config.regressions` is set, written there.
+pub fn check(factory: &dyn ManagerFactory, config: &Config) -> Report {
+    let start = Instant::now();
+    let plugin = config
+        .plugin
+        .clone()
+        .unwrap_or_else(|| factory.name().to_string());
+    let fixed = scenarios();
+    let total = fixed.len() + config.cases;
+    let next = AtomicUsize::new(0);
+    let done = AtomicUsize::new(0);
+    let stop = AtomicBool::new(false);
+    let found: Mutex<BTreeMap<CheckId, Found>> = Mutex::new(BTreeMap::new());
+    let setup: Mutex<Option<String>> = Mutex::new(None);
+    let backend = &*config.backend;
+    let worker = || loop {
+        let index = next.fetch_add(1, Ordering::Relaxed);
+        if index >= total || stop.load(Ordering::Relaxed) {
+            break;
+        }
+        let machine_seed = case_seed(config.seed, index);
+        let outcome = crate::sut::guarded(|| match fixed.get(index) {
+            Some((_, ops)) => run_fixed(factory, backend, machine_seed, ops, &found, index, config),
+            None => run_random(factory, backend, machine_seed, &found, index, config),
+        })
+        .unwrap_or_else(|p| {
+            Err(SetupError(format!(
+                "case {index} stopped: a panic outside the plugin's calls ({p}); this is a bug \
+                 of emm-conformance, please report it with the seed"
+            )))
+        });
+        if let Err(SetupError(e)) = outcome {
+            let mut s = setup.lock().unwrap_or_else(|p| p.into_inner());
+            s.get_or_insert(e);
+            stop.store(true, Ordering::Relaxed);
+        }
+        let d = done.fetch_add(1, Ordering::Relaxed) + 1;
+        if let Some(p) = &config.progress {
+            let failed = found.lock().map_or(0, |f| f.len());
+            p(Progress {
+                done: d,
+                total,
+                failed,
+            });
+        }
+    };
+    std::thread::scope(|s| {
+        for _ in 0..config.threads.clamp(1, total.max(1)) {
+            s.spawn(worker);
+        }
+    });
+    let found = found.into_inner().unwrap_or_else(|p| p.into_inner());
+    let error = setup.into_inner().unwrap_or_else(|p| p.into_inner());
+    let failures = found
+        .into_iter()
+        .map(|(id, f)| (id, failure(&plugin, backend, config, f)))
+        .collect();
+    let mut report = Report::new(&plugin, backend, config, failures);
+    report.error = error;
+    report.passed = report.passed && report.error.is_none();
+    report.elapsed_ms = start.elapsed().as_millis() as u64;
+    report
+}
+
+/// Whether case `index` should shrink a failure of `check`: no lower case has one.
+fn claim(found: &Mutex<BTreeMap<CheckId, Found>>, check: CheckId, index: usize) -> bool {
+    found
+        .lock()
+        .is_ok_and(|f| f.get(&check).is_none_or(|g| g.case > index))
+}
+
+fn keep(found: &Mutex<BTreeMap<CheckId, Found>>, f: Found) {
+    if let Ok(mut map) = found.lock() {
+        let better = map.get(&f.finding.check).is_none_or(|g| g.case > f.case);
+        if better {
+            map.insert(f.finding.check, f);
+        }
+    }
+}
+
+fn run_fixed(
+    factory: &dyn ManagerFactory,
+    backend: &dyn Backend,
+    machine_seed: u64,
+    ops: &[Op],
+    found: &Mutex<BTreeMap<CheckId, Found>>,
+    index: usize,
+    config: &Config,
+) -> Result<(), SetupError> {
+    let Some(finding) = run_case(factory, backend, machine_seed, ops)? else {
+        return Ok(());
+    };
+    if claim(found, finding.check, index) {
+        let (ops, finding) = remove_steps(
+            factory,
+            backend,
+            machine_seed,
+            ops.to_vec(),
+            finding,
+            config.shrink_runs,
+        );
+        keep(
+            found,
+            Found {
+                case: index,
+                machine_seed,
+                ops,
+                finding,
+            },
+        );
+    }
+    Ok(())
+}
+
+fn run_random(
+    factory: &dyn ManagerFactory,
+    backend: &dyn Backend,
+    machine_seed: u64,
+    found: &Mutex<BTreeMap<CheckId, Found>>,
+    index: usize,
+    config: &Config,
+) -> Result<(), SetupError> {
+    let mut runner = TestRunner::new_with_rng(PtConfig::default(), rng(machine_seed));
+    let Ok(mut tree) = case(config.max_ops).new_tree(&mut runner) else {
+        return Ok(());
+    };
+    let ops = tree.current();
+    let Some(first) = run_case(factory, backend, machine_seed, &ops)? else {
+        return Ok(());
+    };
+    if !claim(found, first.check, index) {
+        return Ok(());
+    }
+    // proptest's shrinking: drop operations, then simplify what is left, keeping only
+    // changes after which the same check still fails.
+    let (mut best, mut finding) = (ops, first);
+    let mut runs = 0;
+    if tree.simplify() {
+        while runs < config.shrink_runs {
+            runs += 1;
+            let candidate = tree.current();
+            match run_case(factory, backend, machine_seed, &candidate)? {
+                Some(f) if f.check == finding.check => {
+                    best = candidate;
+                    finding = f;
+                    if !tree.simplify() {
+                        break;
+                    }
+                }
+                _ => {
+                    if !tree.complicate() {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    let left = config.shrink_runs.saturating_sub(runs);
+    let (ops, finding) = remove_steps(factory, backend, machine_seed, best, finding, left);
+    keep(
+        found,
+        Found {
+            case: index,
+            machine_seed,
+            ops,
+            finding,
+        },
+    );
+    Ok(())
+}
+
+/// Removes one step at a time while the same check still fails (a last pass after
+/// proptest's shrinking, and the only one for the fixed scenarios).
+fn remove_steps(
+    factory: &dyn ManagerFactory,
+    backend: &dyn Backend,
+    machine_seed: u64,
+    mut ops: Vec<Op>,
+    mut finding: Finding,
+    mut budget: usize,
+) -> (Vec<Op>, Finding) {
+    let mut i = ops.len();
+    while i > 0 && budget > 0 {
+        i -= 1;
+        budget -= 1;
+        let mut candidate = ops.clone();
+        candidate.remove(i);
+        if let Ok(Some(f)) = run_case(factory, backend, machine_seed, &candidate) {
+            if f.check == finding.check {
+                ops = candidate;
+                finding = f;
+                i = i.min(ops.len());
+            }
+        }
+    }
+    small_picks(factory, backend, machine_seed, ops, finding, PICK_RUNS)
+}
+
+/// Lowers each pick to the smallest value (0 to 3) that still fails the same check, so that
+/// the shrunk case reads `drop(#1)` rather than `drop(#40213)`.
+fn small_picks(
+    factory: &dyn ManagerFactory,
+    backend: &dyn Backend,
+    machine_seed: u64,
+    mut ops: Vec<Op>,
+    mut finding: Finding,
+    mut budget: usize,
+) -> (Vec<Op>, Finding) {
+    for i in 0..ops.len() {
+        let Some(current) = ops[i].pick_mut().map(|p| *p) else {
+            continue;
+        };
+        for small in 0..current.min(4) {
+            if budget == 0 {
+                return (ops, finding);
+            }
+            budget -= 1;
+            let mut candidate = ops.clone();
+            if let Some(p) = candidate[i].pick_mut() {
+                *p = small;
+            }
+            if let Ok(Some(f)) = run_case(factory, backend, machine_seed, &candidate) {
+                if f.check == finding.check {
+                    ops = candidate;
+                    finding = f;
+                    break;
+                }
+            }
+        }
+    }
+    (ops, finding)
+}
+
+fn failure(plugin: &str, backend: &dyn Backend, config: &Config, f: Found) -> Failure {
+    let regression = Regression {
+        emm_conformance: env!("CARGO_PKG_VERSION").to_string(),
+        plugin: plugin.to_string(),
+        backend: backend.name().to_string(),
+        check: f.finding.check.name().to_string(),
+        message: f.finding.message.clone(),
+        seed: config.seed,
+        case: f.case,
+        machine_seed: f.machine_seed,
+        step: f.finding.step,
+        ops: f.ops.clone(),
+    };
+    let path = config
+        .regressions
+        .as_ref()
+        .map(|dir| save(dir, &regression));
+    Failure::new(&regression, path, config)
+}

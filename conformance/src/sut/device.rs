@@ -1,0 +1,362 @@
+//! Device memory: `memalloc`, `memalloc_async`, `memfree_async`, views, writes, read-backs
+//! and drops.
+
+use emm_core::attribution::CallerScope;
+use emm_core::contract::{EmmError, EmmResult, MemoryPointer};
+use emm_core::units::Bytes;
+use emm_core::StreamId;
+
+use super::{guarded, BufKind, Buffer, Found, Handle, Sut, HARNESS};
+use crate::assertions::{
+    check_memalloc_aligned, check_memalloc_in_device_memory, check_memalloc_never_overlaps,
+    check_out_of_memory_is_an_error, check_writes_stay_in_their_allocation,
+    check_zero_size_is_an_error,
+};
+use crate::checks::CheckId;
+use crate::transition::{Lane, Pick, Size};
+
+/// Bytes the suite writes and reads at each end of an allocation.
+pub(super) const EDGE: usize = 64;
+
+/// The ranges `(offset, len)` of an allocation of `size` bytes that the suite writes.
+pub(super) fn spans(size: usize) -> [(usize, usize); 2] {
+    if size <= 2 * EDGE {
+        let head = size.min(EDGE);
+        [(0, head), (head, size - head)]
+    } else {
+        [(0, EDGE), (size - EDGE, EDGE)]
+    }
+}
+
+/// How an allocation came about, for the checks it must pass.
+pub(super) struct Request {
+    pub what: &'static str,
+    pub size: Size,
+    pub bytes: usize,
+    /// The stream of a stream-ordered request.
+    pub stream: Option<StreamId>,
+    /// The check an overlap breaks (a probe after `initialize` files it there).
+    pub overlap: CheckId,
+}
+
+impl Sut {
+    pub(super) fn memalloc(&mut self, size: Size) -> Found {
+        self.ensure_initialized()?;
+        let bytes = size.bytes(self.device_total);
+        let r = self.call(|m| m.memalloc(bytes))?;
+        let req = Request {
+            what: "memalloc",
+            size,
+            bytes,
+            stream: None,
+            overlap: CheckId::MemallocNeverOverlaps,
+        };
+        self.allocated(&req, r).map(drop)
+    }
+
+    pub(super) fn memalloc_async(&mut self, size: Size, lane: Lane) -> Found {
+        self.ensure_initialized()?;
+        let bytes = size.bytes(self.device_total);
+        let stream = self.lane(lane);
+        let r = self.call(|m| m.memalloc_async(bytes, stream))?;
+        if !self.caps.stream_ordered {
+            return match r {
+                Ok(Err(EmmError::Unsupported { .. })) => Ok(()),
+                Ok(other) => Err(self.fail(
+                    CheckId::StreamOrderedReuse,
+                    format!(
+                        "capabilities().stream_ordered is false, so memalloc_async must say \
+                         Unsupported; it returned {:?}",
+                        other.map(|p| p.device_ptr())
+                    ),
+                )),
+                Err(p) => Err(self.fail(CheckId::StreamOrderedReuse, p)),
+            };
+        }
+        let req = Request {
+            what: "memalloc_async",
+            size,
+            bytes,
+            stream: Some(stream),
+            overlap: CheckId::MemallocNeverOverlaps,
+        };
+        self.allocated(&req, r).map(drop)
+    }
+
+    /// Checks what an allocation returned; keeps and writes a new pointer. Returns its buffer.
+    pub(super) fn allocated(
+        &mut self,
+        req: &Request,
+        r: Result<EmmResult<MemoryPointer>, String>,
+    ) -> Result<Option<u32>, super::Finding> {
+        let asked = format!("{}({})", req.what, Bytes(req.bytes as u64));
+        let r = match r {
+            Ok(r) => r,
+            Err(panic) => {
+                let check = if req.size == Size::Zero {
+                    CheckId::ZeroSizeIsAnError
+                } else if req.size.is_absurd() || self.exceeds_free(req.bytes) {
+                    CheckId::OutOfMemoryIsAnError
+                } else {
+                    CheckId::MemallocInDeviceMemory
+                };
+                return Err(self.fail(check, format!("{asked}: {panic}")));
+            }
+        };
+        if req.size == Size::Zero {
+            return check_zero_size_is_an_error(req.what, &r)
+                .map(|()| None)
+                .map_err(|m| self.fail(CheckId::ZeroSizeIsAnError, m));
+        }
+        if req.size.is_absurd() {
+            return check_out_of_memory_is_an_error(req.what, req.bytes, &r)
+                .map(|()| None)
+                .map_err(|m| self.fail(CheckId::OutOfMemoryIsAnError, m));
+        }
+        let ptr = match r {
+            Ok(p) => p,
+            Err(e) if e.is_out_of_memory() => {
+                if req.stream.is_none() && req.bytes as u64 <= self.device_total {
+                    self.model.last_oom = Some(req.bytes);
+                }
+                return Ok(None);
+            }
+            Err(e) => {
+                let check = if req.stream.is_some() {
+                    CheckId::StreamOrderedReuse
+                } else {
+                    CheckId::MemallocInDeviceMemory
+                };
+                return Err(self.fail(check, format!("{asked} failed: {e}")));
+            }
+        };
+        let base = ptr.device_ptr();
+        check_memalloc_aligned(base, req.bytes)
+            .map_err(|m| self.fail(CheckId::MemallocAligned, m))?;
+        check_memalloc_in_device_memory(&*self.driver, &ptr, req.bytes)
+            .map_err(|m| self.fail(CheckId::MemallocInDeviceMemory, m))?;
+        check_memalloc_never_overlaps(&self.model, &asked, base, req.bytes)
+            .map_err(|m| self.fail(req.overlap, m))?;
+        let id = self.new_buffer(Buffer {
+            base,
+            size: req.bytes,
+            kind: BufKind::Device,
+            alloc_stream: req.stream,
+            last_stream: req.stream.unwrap_or(StreamId::DEFAULT),
+            fill: 0,
+            handles: 1,
+        });
+        self.model
+            .insert_live(base.0, req.bytes as u64, id, req.stream);
+        self.handles.push(Handle::Pointer { buffer: id, ptr });
+        let stream = req.stream.unwrap_or(StreamId::DEFAULT);
+        self.fill(id, stream, CheckId::MemallocInDeviceMemory)?;
+        Ok(Some(id))
+    }
+
+    fn exceeds_free(&self, bytes: usize) -> bool {
+        let _h = CallerScope::enter(HARNESS);
+        self.driver
+            .mem_get_info()
+            .map_or(true, |i| bytes as u64 > i.free)
+    }
+
+    pub(super) fn new_buffer(&mut self, b: Buffer) -> u32 {
+        let id = self.next_buffer;
+        self.next_buffer += 1;
+        self.buffers.insert(id, b);
+        id
+    }
+
+    /// Writes a new pattern at both ends of buffer `id`, on `stream` (ordered after its last
+    /// use).
+    pub(super) fn fill(&mut self, id: u32, stream: StreamId, check: CheckId) -> Found {
+        let Some(b) = self.buffers.get(&id) else {
+            return Ok(());
+        };
+        self.order(b.last_stream, stream, check)?;
+        // Never 0 (fresh memory) nor the simulator's poison byte.
+        let fill = (id.wrapping_mul(37).wrapping_add(u32::from(b.fill)) % 199 + 1) as u8;
+        let (base, size) = (b.base, b.size);
+        let _h = CallerScope::enter(HARNESS);
+        for (off, len) in spans(size).into_iter().filter(|s| s.1 > 0) {
+            self.driver
+                .memset_d8(base.offset(off as u64), fill, len, Some(stream))
+                .map_err(|e| self.harness_error(check, "writing the allocation", e))?;
+        }
+        if let Some(b) = self.buffers.get_mut(&id) {
+            b.fill = fill;
+            b.last_stream = stream;
+        }
+        Ok(())
+    }
+
+    /// Reads back both ends of every live buffer and compares them with what was written.
+    pub(super) fn verify_all(&mut self, check: CheckId) -> Found {
+        let _h = CallerScope::enter(HARNESS);
+        let mut read = [0u8; EDGE];
+        for (&id, b) in &self.buffers {
+            for (off, len) in spans(b.size).into_iter().filter(|s| s.1 > 0) {
+                let dst = &mut read[..len];
+                self.driver
+                    .memcpy_dtoh(dst, b.base.offset(off as u64), Some(b.last_stream))
+                    .map_err(|e| {
+                        self.fail(check, format!("reading back allocation #{id} failed: {e}"))
+                    })?;
+                check_writes_stay_in_their_allocation(id, off as u64, b.fill, dst)
+                    .map_err(|m| self.fail(check, m))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The `pick`th buffer of those `keep` accepts, if any.
+    pub(super) fn pick_buffer(&self, pick: Pick, keep: impl Fn(&Buffer) -> bool) -> Option<u32> {
+        let ids: Vec<u32> = self
+            .buffers
+            .iter()
+            .filter(|(_, b)| keep(b))
+            .map(|(&id, _)| id)
+            .collect();
+        (!ids.is_empty()).then(|| ids[usize::from(pick) % ids.len()])
+    }
+
+    /// Some pointer (owner or view) of buffer `id`.
+    pub(super) fn pointer_of(&self, id: u32) -> Option<MemoryPointer> {
+        self.handles.iter().find_map(|h| match h {
+            Handle::Pointer { buffer, ptr } | Handle::View { buffer, ptr } if *buffer == id => {
+                Some(ptr.owner())
+            }
+            _ => None,
+        })
+    }
+
+    pub(super) fn write(&mut self, pick: Pick, lane: Lane) -> Found {
+        let stream = self.lane(lane);
+        match self.pick_buffer(pick, |_| true) {
+            Some(id) => self.fill(id, stream, CheckId::WritesStayInTheirAllocation),
+            None => Ok(()),
+        }
+    }
+
+    pub(super) fn view(&mut self, pick: Pick, start: u16) -> Found {
+        let Some(id) = self.pick_buffer(pick, |b| b.kind == BufKind::Device) else {
+            return Ok(());
+        };
+        let Some(owner) = self.pointer_of(id) else {
+            return Ok(());
+        };
+        let off = usize::from(start) % owner.size().max(1);
+        let view = owner.view(off..).map_err(|e| {
+            self.fail(
+                CheckId::MemallocInDeviceMemory,
+                format!("a view failed: {e}"),
+            )
+        })?;
+        self.handles.push(Handle::View {
+            buffer: id,
+            ptr: view,
+        });
+        if let Some(b) = self.buffers.get_mut(&id) {
+            b.handles += 1;
+        }
+        Ok(())
+    }
+
+    pub(super) fn drop_handle(&mut self, pick: Pick) -> Found {
+        if self.handles.is_empty() {
+            return Ok(());
+        }
+        let h = self.handles.remove(usize::from(pick) % self.handles.len());
+        self.release(h)
+    }
+
+    /// Drops one handle; the last handle of a buffer is dropped only after every use of the
+    /// buffer is ordered before the stream its free happens on.
+    pub(super) fn release(&mut self, h: Handle) -> Found {
+        if let Some(id) = h.buffer() {
+            let last = match self.buffers.get_mut(&id) {
+                Some(b) => {
+                    b.handles -= 1;
+                    b.handles == 0
+                }
+                None => false,
+            };
+            if last {
+                let stream = self.before_free(id, None)?;
+                if let Some(b) = self.buffers.remove(&id) {
+                    self.model.free(b.base.0, stream, self.step);
+                }
+            }
+        }
+        guarded(|| drop(h)).map_err(|p| {
+            self.fail(
+                CheckId::FinalizerRunsOnce,
+                format!("dropping a pointer: {p}"),
+            )
+        })
+    }
+
+    /// Orders every use of buffer `id` before its free: on `on` (or its own stream, for
+    /// stream-ordered memory), or before the host for memory freed synchronously. Returns
+    /// the stream the free is ordered on.
+    pub(super) fn before_free(
+        &mut self,
+        id: u32,
+        on: Option<StreamId>,
+    ) -> Result<StreamId, super::Finding> {
+        let Some(b) = self.buffers.get(&id) else {
+            return Ok(StreamId::DEFAULT);
+        };
+        let (last, alloc) = (b.last_stream, b.alloc_stream);
+        match (alloc, on) {
+            (Some(own), on) => {
+                let to = on.unwrap_or(own);
+                self.order(last, to, CheckId::StreamOrderedReuse)?;
+                Ok(to)
+            }
+            (None, _) => {
+                let _h = CallerScope::enter(HARNESS);
+                self.driver.stream_synchronize(last).map_err(|e| {
+                    self.harness_error(CheckId::FinalizerRunsOnce, "synchronizing", e)
+                })?;
+                Ok(StreamId::DEFAULT)
+            }
+        }
+    }
+
+    pub(super) fn free_async(&mut self, pick: Pick, lane: Lane) -> Found {
+        let is_pointer = |s: &Sut, id: u32| {
+            s.handles
+                .iter()
+                .any(|h| matches!(h, Handle::Pointer { buffer, .. } if *buffer == id))
+        };
+        let Some(id) = self
+            .pick_buffer(pick, |b| b.handles == 1 && b.kind == BufKind::Device)
+            .filter(|&id| is_pointer(self, id))
+        else {
+            return Ok(());
+        };
+        let stream = self.lane(lane);
+        let at = self
+            .handles
+            .iter()
+            .position(|h| matches!(h, Handle::Pointer { buffer, .. } if *buffer == id));
+        let Some(Handle::Pointer { ptr, .. }) = at.map(|i| self.handles.remove(i)) else {
+            return Ok(());
+        };
+        let freed_on = self.before_free(id, Some(stream))?;
+        if let Some(b) = self.buffers.remove(&id) {
+            self.model.free(b.base.0, freed_on, self.step);
+        }
+        match self.call(|m| m.memfree_async(ptr, stream))? {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(EmmError::Unsupported { .. })) if !self.caps.stream_ordered => Ok(()),
+            Ok(Err(e)) => Err(self.fail(
+                CheckId::StreamOrderedReuse,
+                format!("memfree_async of the only owner on {stream} failed: {e}"),
+            )),
+            Err(p) => Err(self.fail(CheckId::StreamOrderedReuse, format!("memfree_async: {p}"))),
+        }
+    }
+}

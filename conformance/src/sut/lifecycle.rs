@@ -1,0 +1,284 @@
+//! The manager's lifecycle: `initialize`, `reset`, `defer_cleanup`, out-of-memory recovery and
+//! teardown, with the leak checks that follow each.
+
+use emm_core::attribution::{CallerScope, UNATTRIBUTED};
+use emm_core::contract::EmmError;
+use emm_core::mr::MrError;
+use emm_core::units::Bytes;
+
+use super::device::Request;
+use super::{guarded, Found, Sut, HARNESS};
+use crate::checks::CheckId;
+use crate::transition::Size;
+
+impl Sut {
+    /// Initializes the manager before its first allocation, as a context does.
+    pub(super) fn ensure_initialized(&mut self) -> Found {
+        if self.model.initialized {
+            return Ok(());
+        }
+        self.call_initialize()
+    }
+
+    fn call_initialize(&mut self) -> Found {
+        const C: CheckId = CheckId::InitializeKeepsState;
+        match self.call(|m| m.initialize())? {
+            Ok(Ok(())) => {
+                self.model.initialized = true;
+                Ok(())
+            }
+            Ok(Err(e)) => Err(self.fail(C, format!("initialize() failed: {e}"))),
+            Err(p) => Err(self.fail(C, format!("initialize(): {p}"))),
+        }
+    }
+
+    /// `initialize()` again, then a probe: every live allocation still reads back, and a new
+    /// allocation overlaps none of them.
+    pub(super) fn initialize(&mut self) -> Found {
+        const C: CheckId = CheckId::InitializeKeepsState;
+        self.call_initialize()?;
+        self.verify_all(C)?;
+        let bytes = Size::Pages(0).bytes(self.device_total);
+        let r = self.call(|m| m.memalloc(bytes))?;
+        let req = Request {
+            what: "memalloc (a probe after initialize)",
+            size: Size::Pages(0),
+            bytes,
+            stream: None,
+            overlap: C,
+        };
+        if let Some(id) = self.allocated(&req, r)? {
+            let at = self.handles.iter().rposition(|h| h.buffer() == Some(id));
+            if let Some(i) = at {
+                let h = self.handles.remove(i);
+                self.release(h)?;
+            }
+        }
+        self.verify_all(C)
+    }
+
+    /// Drops every handle and guard the suite holds, each after its uses are ordered.
+    pub(super) fn drop_everything(&mut self) -> Found {
+        while let Some(g) = self.guards.pop() {
+            guarded(|| drop(g)).map_err(|p| {
+                self.fail(CheckId::DeferCleanupNests, format!("dropping a guard: {p}"))
+            })?;
+        }
+        while let Some(h) = self.handles.pop() {
+            self.release(h)?;
+        }
+        Ok(())
+    }
+
+    /// Waits for all work of the context (pools release what they keep past their threshold).
+    fn synchronize(&self, check: CheckId) -> Found {
+        let _h = CallerScope::enter(HARNESS);
+        self.driver
+            .context_synchronize()
+            .map_err(|e| self.harness_error(check, "cuCtxSynchronize", e))
+    }
+
+    /// Device memory in use beyond what was in use before the manager was made.
+    fn check_baseline(&self, check: CheckId, when: &str) -> Found {
+        self.synchronize(check)?;
+        let free = {
+            let _h = CallerScope::enter(HARNESS);
+            self.driver
+                .mem_get_info()
+                .map_err(|e| self.harness_error(check, "cuMemGetInfo", e))?
+                .free
+        };
+        if free >= self.baseline_free {
+            return Ok(());
+        }
+        Err(self.fail(
+            check,
+            format!(
+                "{} of device memory is still allocated {when}",
+                Bytes(self.baseline_free - free)
+            ),
+        ))
+    }
+
+    /// A context reset: every pointer and guard goes, then `reset()` must leave no device
+    /// memory allocated and no host range pinned.
+    pub(super) fn reset(&mut self) -> Found {
+        self.drop_everything()?;
+        self.synchronize(CheckId::ResetFreesEverything)?;
+        let before_initialize = !self.model.initialized;
+        let check_for = |e: Option<&EmmError>| match e {
+            _ if before_initialize => CheckId::ResetBeforeInitialize,
+            Some(EmmError::DeallocationsFailed { .. })
+            | Some(EmmError::Resource(MrError::InvalidFree { .. })) => CheckId::FinalizerRunsOnce,
+            _ => CheckId::ResetFreesEverything,
+        };
+        match self.call(|m| m.reset())? {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                let when = if before_initialize {
+                    " before initialize"
+                } else {
+                    ""
+                };
+                return Err(self.fail(check_for(Some(&e)), format!("reset(){when} failed: {e}")));
+            }
+            Err(p) => return Err(self.fail(check_for(None), format!("reset(): {p}"))),
+        }
+        self.check_baseline(
+            CheckId::ResetFreesEverything,
+            "after every pointer was dropped and reset() ran",
+        )?;
+        self.check_unpinned("after its pointer was dropped and reset() ran")
+    }
+
+    pub(super) fn defer_cleanup(&mut self) -> Found {
+        let g = self
+            .call(|m| m.defer_cleanup())?
+            .map_err(|p| self.fail(CheckId::DeferCleanupNests, format!("defer_cleanup(): {p}")))?;
+        self.guards.push(g);
+        Ok(())
+    }
+
+    pub(super) fn end_defer_cleanup(&mut self) -> Found {
+        match self.guards.pop() {
+            Some(g) => guarded(|| drop(g)).map_err(|p| {
+                self.fail(
+                    CheckId::DeferCleanupNests,
+                    format!("dropping the guard: {p}"),
+                )
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// A scope holding a guard, left early by an error, as `?` leaves it.
+    pub(super) fn defer_cleanup_with_error(&mut self) -> Found {
+        self.ensure_initialized()?;
+        let m = self.manager()?;
+        let r = guarded(|| {
+            let scope = || -> Result<(), EmmError> {
+                let _cleanup = m.defer_cleanup();
+                drop(m.memalloc(0)?);
+                Ok(())
+            };
+            scope()
+        })
+        .map_err(|p| {
+            self.fail(
+                CheckId::DeferCleanupNests,
+                format!("inside defer_cleanup(): {p}"),
+            )
+        })?;
+        match r {
+            Err(_) => Ok(()),
+            Ok(()) => Err(self.fail(
+                CheckId::ZeroSizeIsAnError,
+                "memalloc(0) inside defer_cleanup() returned memory; it must be refused",
+            )),
+        }
+    }
+
+    /// After every pointer and guard is gone, the last request that ran out of memory must
+    /// succeed.
+    pub(super) fn free_all_and_retry(&mut self) -> Found {
+        const C: CheckId = CheckId::OutOfMemoryIsAnError;
+        self.drop_everything()?;
+        let Some(bytes) = self.model.last_oom.take() else {
+            return Ok(());
+        };
+        self.synchronize(C)?;
+        let r = self.call(|m| m.memalloc(bytes))?;
+        let retry = match r {
+            Ok(Err(e)) => {
+                return Err(self.fail(
+                    C,
+                    format!(
+                        "memalloc({}) ran out of memory; after every allocation was freed the same \
+                         request still fails: {e}",
+                        Bytes(bytes as u64)
+                    ),
+                ))
+            }
+            other => other,
+        };
+        let req = Request {
+            what: "memalloc (the retry after out of memory)",
+            size: Size::Mib(0),
+            bytes,
+            stream: None,
+            overlap: CheckId::MemallocNeverOverlaps,
+        };
+        self.allocated(&req, retry)?;
+        self.drop_everything()
+    }
+
+    /// The end of a case: read everything back, reset, drop the manager; then nothing may be
+    /// left allocated, pinned or attributed to anyone but the plugin.
+    pub(super) fn teardown(&mut self) -> Found {
+        self.verify_all(CheckId::WritesStayInTheirAllocation)?;
+        self.reset()?;
+        self.take_seen()?;
+        let manager = self.manager.take();
+        guarded(|| drop(manager)).map_err(|p| {
+            self.fail(
+                CheckId::FinalizerRunsOnce,
+                format!("dropping the manager: {p}"),
+            )
+        })?;
+        self.check_baseline(CheckId::FinalizerRunsOnce, "after the manager was dropped")?;
+        if self.observes.host_leaks {
+            if let Some(held) = self.machine.held() {
+                for (n, what, check) in [
+                    (
+                        held.pinned,
+                        "pinned host allocation(s)",
+                        CheckId::FinalizerRunsOnce,
+                    ),
+                    (
+                        held.managed,
+                        "managed allocation(s)",
+                        CheckId::FinalizerRunsOnce,
+                    ),
+                    (
+                        held.registrations,
+                        "pinned host range(s)",
+                        CheckId::MempinUnpinsInFinalizer,
+                    ),
+                ] {
+                    if n > 0 {
+                        return Err(self.fail(
+                            check,
+                            format!("{n} {what} outlived the manager: a finalizer never ran"),
+                        ));
+                    }
+                }
+            }
+        }
+        if self.observes.attribution {
+            let stray = self
+                .machine
+                .device_allocations()
+                .into_iter()
+                .find(|a| a.caller == UNATTRIBUTED || a.caller == HARNESS);
+            if let Some(a) = stray {
+                return Err(self.fail(
+                    CheckId::OnlyThePluginAllocates,
+                    format!(
+                        "{}({}) was made with caller tag [{}]: no layer of the plugin made it (each layer \
+                         wraps its driver calls in CallerScope::enter(its name))",
+                        a.call,
+                        Bytes(a.bytes),
+                        a.caller
+                    ),
+                ));
+            }
+        }
+        self.take_seen()?;
+        self.free_pageable();
+        let _h = CallerScope::enter(HARNESS);
+        for s in self.streams.iter().skip(1) {
+            let _ = self.driver.stream_destroy(*s);
+        }
+        Ok(())
+    }
+}

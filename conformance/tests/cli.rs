@@ -1,0 +1,89 @@
+//! The `emm` tool's exit statuses and output, run in process through `cli::main`.
+
+mod zoo;
+
+use std::sync::Arc;
+
+use emm_conformance::cli::{self, help, list, EXIT_CANNOT_RUN, EXIT_FAIL, EXIT_PASS};
+use emm_core::contract::register_manager;
+use zoo::{Bug, ZooFactory};
+
+fn emm(args: &str) -> i32 {
+    cli::main(args.split_whitespace().map(String::from).collect())
+}
+
+#[test]
+fn exit_status_is_0_on_pass_1_on_a_failed_check_2_when_the_plugin_cannot_run() {
+    register_manager(
+        "zoo-misaligned",
+        Arc::new(ZooFactory(Bug::MisalignedPointers)),
+    )
+    .unwrap();
+    assert_eq!(
+        emm("check default --seed 4 --cases 8 --no-regressions --json"),
+        EXIT_PASS
+    );
+    assert_eq!(
+        emm("check zoo-misaligned --seed 4 --cases 8 --no-regressions"),
+        EXIT_FAIL
+    );
+    assert_eq!(
+        emm("check no-such-plugin --no-regressions"),
+        EXIT_CANNOT_RUN
+    );
+    assert_eq!(
+        emm("check /tmp/missing.wasm --no-regressions --json"),
+        EXIT_CANNOT_RUN
+    );
+    assert_eq!(emm("check default --backend cuda"), EXIT_CANNOT_RUN);
+    assert_eq!(emm("check"), EXIT_CANNOT_RUN);
+    assert_eq!(emm("check default --cases"), EXIT_CANNOT_RUN);
+    assert_eq!(emm("check default --bogus"), EXIT_CANNOT_RUN);
+    assert_eq!(emm("check --help"), EXIT_PASS);
+    assert_eq!(emm("list"), EXIT_PASS);
+    assert_eq!(emm("list --json"), EXIT_PASS);
+    assert_eq!(emm("frobnicate"), EXIT_CANNOT_RUN);
+    assert_eq!(emm(""), EXIT_CANNOT_RUN);
+    assert_eq!(emm("help"), EXIT_PASS);
+}
+
+#[test]
+fn a_replay_from_the_command_line_gives_the_recorded_verdict() {
+    register_manager("zoo-leak", Arc::new(ZooFactory(Bug::LeakAtReset))).unwrap();
+    let dir = std::env::temp_dir().join(format!("emm-cli-replay-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let args = format!(
+        "check zoo-leak --seed 8 --cases 4 --json --regressions {}",
+        dir.display()
+    );
+    assert_eq!(emm(&args), EXIT_FAIL);
+    let file = std::fs::read_dir(&dir)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    assert_eq!(
+        emm(&format!("check zoo-leak --replay {}", file.display())),
+        EXIT_FAIL
+    );
+    assert_eq!(
+        emm(&format!("check default --replay {} --json", file.display())),
+        EXIT_PASS
+    );
+    assert_eq!(
+        emm("check default --replay /nonexistent/regression.json"),
+        EXIT_CANNOT_RUN
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn help_and_list_name_every_command_check_and_plugin() {
+    let h = help();
+    assert!(h.contains("check") && h.contains("list"), "{h}");
+    let l = list::text();
+    assert!(l.contains("checks (21):"), "{l}");
+    assert!(l.contains("ipc_handle_addresses_same_bytes"), "{l}");
+    assert!(l.contains("plugins: default"), "{l}");
+}
