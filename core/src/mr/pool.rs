@@ -158,15 +158,27 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
         let mut released = 0;
         for (chunk, stream) in st.heap.take_free_chunks() {
             released += chunk.size;
-            // Chunk sizes came from `usize` requests, so they fit.
-            let r = self
-                .upstream
-                .deallocate(DevicePtr(chunk.base), chunk.size as usize, stream);
-            if let Err(e) = r {
+            if let Err(e) = self.give_back(chunk.base, chunk.size, stream) {
                 first_err.get_or_insert(e);
             }
         }
         first_err.map_or(Ok(released), Err)
+    }
+
+    /// Returns a chunk to the upstream on `stream`, the stream that last freed into it. If the
+    /// user destroyed that stream since, waits for the device and returns it on the default
+    /// stream instead.
+    fn give_back(&self, base: u64, size: u64, stream: StreamId) -> MrResult<()> {
+        // Chunk sizes came from `usize` requests, so they fit.
+        let (ptr, n) = (DevicePtr(base), size as usize);
+        match self.upstream.deallocate(ptr, n, stream) {
+            Err(MrError::Driver(_)) if stream != StreamId::DEFAULT => {
+                let _scope = CallerScope::enter(NAME);
+                self.upstream.driver().context_synchronize()?;
+                self.upstream.deallocate(ptr, n, StreamId::DEFAULT)
+            }
+            r => r,
+        }
     }
 
     #[inline]
@@ -354,11 +366,10 @@ impl<Up: DeviceMemoryResource> Drop for PoolResource<Up> {
         let st = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
         let _scope = CallerScope::enter(NAME);
         st.order.destroy(self.upstream.driver());
-        for (chunk, stream) in st.heap.take_all_chunks() {
-            let stream = stream.unwrap_or(StreamId::DEFAULT);
-            let _ = self
-                .upstream
-                .deallocate(DevicePtr(chunk.base), chunk.size as usize, stream);
+        let chunks = st.heap.take_all_chunks();
+        for (chunk, stream) in chunks {
+            // Errors have no caller to go to; a chunk the upstream refuses stays with it.
+            let _ = self.give_back(chunk.base, chunk.size, stream.unwrap_or(StreamId::DEFAULT));
         }
     }
 }
