@@ -64,7 +64,7 @@ fn class_at_least(size: u64) -> Option<(usize, usize)> {
 pub(crate) struct TlsfIndex {
     fl_bitmap: u64,
     sl_bitmap: [u32; FL_COUNT],
-    heads: Box<[u32]>,
+    heads: [u32; FL_COUNT * SL_COUNT],
     /// Bytes in the lists.
     free_bytes: u64,
     /// Blocks in the lists.
@@ -76,7 +76,7 @@ impl Default for TlsfIndex {
         TlsfIndex {
             fl_bitmap: 0,
             sl_bitmap: [0; FL_COUNT],
-            heads: vec![NIL; FL_COUNT * SL_COUNT].into_boxed_slice(),
+            heads: [NIL; FL_COUNT * SL_COUNT],
             free_bytes: 0,
             free_blocks: 0,
         }
