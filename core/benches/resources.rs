@@ -54,11 +54,7 @@ const RESOURCES: [&str; 7] = [
 
 /// Builds resource `label` on `g`; `largest` is the workload's largest request (the block
 /// size of `fixed_size`, which serves one size only).
-fn build(
-    label: &str,
-    g: &Arc<SimDriver>,
-    largest: u64,
-) -> MrResult<Arc<dyn DeviceMemoryResource>> {
+fn build(label: &str, g: &Arc<SimDriver>, largest: u64) -> MrResult<Arc<dyn DeviceMemoryResource>> {
     let cuda = || CudaResource::<SimDriver>::new(Arc::clone(g));
     Ok(match label {
         "cuda" => Arc::new(cuda()),
@@ -92,9 +88,7 @@ fn results_path() -> std::path::PathBuf {
     }
     let target = std::env::var("CARGO_TARGET_DIR")
         .map(std::path::PathBuf::from)
-        .unwrap_or_else(|_| {
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target")
-        });
+        .unwrap_or_else(|_| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
     target.join("emm-bench/resources.jsonl")
 }
 
@@ -105,7 +99,13 @@ fn summary() {
         for label in RESOURCES {
             let g = gpu();
             let max = largest(&w);
-            let r = bench::run(&*g, || build(label, &g, max), label, &w, &BenchConfig::default());
+            let r = bench::run(
+                &*g,
+                || build(label, &g, max),
+                label,
+                &w,
+                &BenchConfig::default(),
+            );
             match r {
                 Ok(r) => {
                     eprintln!(
@@ -124,9 +124,8 @@ fn summary() {
     for label in ["pool", "arena", "binning(pool)"] {
         for holes in [4096usize, 16_384, 65_536] {
             let g = gpu();
-            let r = build(label, &g, MIB).and_then(|r| {
-                bench::holes_test(&*r, holes, 200_000, StreamId::DEFAULT)
-            });
+            let r = build(label, &g, MIB)
+                .and_then(|r| bench::holes_test(&*r, holes, 200_000, StreamId::DEFAULT));
             match r {
                 Ok(ns) => {
                     eprintln!("{label:<14} holes={holes:<6} {ns:>9.1} ns/op");

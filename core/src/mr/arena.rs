@@ -156,9 +156,9 @@ impl<Up: DeviceMemoryResource> ArenaResource<Up> {
                 let back: Vec<_> = a.heap.take_free_chunks();
                 let mut result = Ok(());
                 for (chunk, s) in back {
-                    if let Err(e) = self
-                        .global
-                        .deallocate(DevicePtr(chunk.base), chunk.size as usize, s)
+                    if let Err(e) =
+                        self.global
+                            .deallocate(DevicePtr(chunk.base), chunk.size as usize, s)
                     {
                         result = Err(e);
                     }

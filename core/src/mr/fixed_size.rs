@@ -28,7 +28,7 @@ use crate::mr::{assert_resource, DeviceMemoryResource, MrError, MrResult};
 const NAME: &str = "FixedSizeResource";
 
 /// The largest block size: live sizes are kept as `u32`.
-pub const MAX_BLOCK_SIZE: u64 = (u32::MAX as u64 + 1) / 2;
+pub const MAX_BLOCK_SIZE: u64 = 1 << 31;
 
 #[derive(Debug, Default)]
 struct FixedState {
@@ -137,8 +137,7 @@ impl<Up: DeviceMemoryResource> FixedSizeResource<Up> {
     #[cold]
     #[inline(never)]
     fn refill(&self, st: &mut FixedState, slot: usize, stream: StreamId) -> MrResult<()> {
-        if let Some(other) = (0..st.free.len()).find(|&s| s != slot && !st.free[s].1.is_empty())
-        {
+        if let Some(other) = (0..st.free.len()).find(|&s| s != slot && !st.free[s].1.is_empty()) {
             let source = st.free[other].0;
             {
                 let _scope = CallerScope::enter(NAME);
@@ -160,13 +159,20 @@ impl<Up: DeviceMemoryResource> FixedSizeResource<Up> {
             let _ = self.upstream.deallocate(base, n, stream);
             return Err(MrError::InvalidArgument {
                 resource: NAME,
-                reason: format!("upstream {} returned unaligned {base}", self.upstream.name()),
+                reason: format!(
+                    "upstream {} returned unaligned {base}",
+                    self.upstream.name()
+                ),
             });
         }
         st.chunks.push((base.0, chunk));
         let stack = &mut st.free[slot].1;
         // Pushed in reverse so blocks go out in address order.
-        stack.extend((0..self.blocks_per_chunk).rev().map(|k| base.0 + k * self.block_size));
+        stack.extend(
+            (0..self.blocks_per_chunk)
+                .rev()
+                .map(|k| base.0 + k * self.block_size),
+        );
         Ok(())
     }
 }

@@ -78,19 +78,17 @@ impl<D: Driver> HostMemoryResource for PinnedHostResource<D> {
             return Ok(HostPtr(0));
         }
         let _scope = CallerScope::enter(NAME);
-        self.driver
-            .host_alloc(bytes, self.flags)
-            .map_err(|e| {
-                if e.is_out_of_memory() {
-                    MrError::OutOfMemory {
-                        resource: NAME,
-                        requested: bytes as u64,
-                        available: None,
-                    }
-                } else {
-                    MrError::Driver(e)
+        self.driver.host_alloc(bytes, self.flags).map_err(|e| {
+            if e.is_out_of_memory() {
+                MrError::OutOfMemory {
+                    resource: NAME,
+                    requested: bytes as u64,
+                    available: None,
                 }
-            })
+            } else {
+                MrError::Driver(e)
+            }
+        })
     }
 
     /// `deallocate_host(null, 0)` is a no-op.

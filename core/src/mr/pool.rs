@@ -108,8 +108,10 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
                 requested: options.initial_size,
                 available: None,
             })?;
+            let base = pool.upstream_allocate(size, StreamId::DEFAULT)?;
             let mut st = pool.lock();
-            pool.grow(&mut st, size, size, StreamId::DEFAULT)?;
+            let slot = st.heap.slot(StreamId::DEFAULT);
+            st.heap.add_chunk(slot, base.0, size);
         }
         Ok(pool)
     }

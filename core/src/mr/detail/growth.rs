@@ -51,4 +51,3 @@ mod tests {
         assert!(!should_trim(100, 100, 100, 100));
     }
 }
-

@@ -341,7 +341,6 @@ impl CoalescingHeap {
         out
     }
 
-
     /// Forgets everything (after the caller has returned every chunk upstream) and returns the
     /// chunks with the stream to free each on: the owning stream's for a fully free chunk,
     /// `None` for one that still had live blocks.
@@ -451,7 +450,10 @@ mod tests {
         assert_eq!((a, b, c), (1 << 20, (1 << 20) + 1024, (1 << 20) + 2048));
         assert!(h.allocate(s, GRANULE, 1).is_none());
         h.check().unwrap();
-        assert_eq!(h.deallocate(b, 1000, s), Err(FreeError::WrongSize { allocated: 1024 }));
+        assert_eq!(
+            h.deallocate(b, 1000, s),
+            Err(FreeError::WrongSize { allocated: 1024 })
+        );
         assert_eq!(h.deallocate(b + 256, 1024, s), Err(FreeError::NotLive));
         for (p, n, whole) in [(b, 1024, false), (a, 1000, false), (c, 56 * 256, true)] {
             assert_eq!(h.deallocate(p, n, s).unwrap().1, whole);
@@ -474,10 +476,17 @@ mod tests {
         let a = h.allocate(s0, 4 * GRANULE, 1).unwrap();
         let b = h.allocate(s0, 4 * GRANULE, 1).unwrap();
         h.deallocate(a, 1, s1).unwrap();
-        assert!(h.allocate(s0, GRANULE, 1).is_none(), "s1's block is not s0's");
+        assert!(
+            h.allocate(s0, GRANULE, 1).is_none(),
+            "s1's block is not s0's"
+        );
         assert_eq!(h.find_elsewhere(s0, GRANULE), Some(s1));
         h.deallocate(b, 1, s0).unwrap();
-        assert_eq!(h.free_blocks(), 2, "neighbours of different streams stay apart");
+        assert_eq!(
+            h.free_blocks(),
+            2,
+            "neighbours of different streams stay apart"
+        );
         h.check().unwrap();
         h.adopt(s0, s1);
         assert_eq!(h.free_blocks(), 1, "adopted and merged");
@@ -485,7 +494,10 @@ mod tests {
         assert_eq!(h.allocate(s0, 8 * GRANULE, 1), Some(1 << 20));
         let all = h.take_all_chunks();
         assert_eq!(all.len(), 1);
-        assert_eq!(all[0].1, None, "a chunk with a live block has no stream to free on");
+        assert_eq!(
+            all[0].1, None,
+            "a chunk with a live block has no stream to free on"
+        );
     }
 
     #[test]

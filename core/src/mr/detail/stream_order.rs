@@ -43,7 +43,9 @@ impl StreamOrder {
         }
         let event = match self.events.iter().find(|(s, _)| *s == source) {
             Some(&(_, e)) => Ok(e),
-            None => driver.event_create().inspect(|&e| self.events.push((source, e))),
+            None => driver
+                .event_create()
+                .inspect(|&e| self.events.push((source, e))),
         };
         let waited = event.and_then(|e| {
             driver.event_record(e, source)?;

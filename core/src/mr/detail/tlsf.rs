@@ -267,7 +267,7 @@ mod tests {
         assert_eq!(class_of(64 * GRANULE), (2, 0));
         assert_eq!(class_of(66 * GRANULE), (2, 1));
         assert_eq!(class_at_least(65 * GRANULE), Some((2, 1)));
-        let (fl, _) = class_at_least(u64::MAX & !(GRANULE - 1)).unwrap();
+        let (fl, _) = class_at_least(!(GRANULE - 1)).unwrap();
         assert!(fl < FL_COUNT);
     }
 
@@ -280,7 +280,17 @@ mod tests {
             t.insert(&mut blocks, i);
         }
         assert_eq!(t.free_blocks(), sizes.len());
-        for want in [256u64, 512, 1024, 1280, 8192, 8448, 1 << 20, (1 << 20) + 256, 1 << 30] {
+        for want in [
+            256u64,
+            512,
+            1024,
+            1280,
+            8192,
+            8448,
+            1 << 20,
+            (1 << 20) + 256,
+            1 << 30,
+        ] {
             let i = t.find(&blocks, want).unwrap();
             assert!(blocks[i as usize].size >= want, "{want}");
         }
