@@ -4,8 +4,8 @@
 //! - **What it does**: the global arena is a [`PoolResource`] over the upstream. Each thread
 //!   is assigned one of several arenas (threads beyond the number of arenas share them round
 //!   robin); an arena carves requests up to [`ArenaResource::small_max`] from superblocks it
-//!   takes from the global arena, with the same coalescing TLSF heap as the pool, and gives a
-//!   superblock back once it is wholly free (keeping its last one). Larger requests go to the
+//!   takes from the global arena, with the same coalescing TLSF heap as the pool, and gives
+//!   wholly free superblocks back when a free leaves one and the arena holds others. Larger requests go to the
 //!   global arena directly.
 //! - **Thread safety**: `Send + Sync`. Each arena has its own lock, so threads on different
 //!   arenas never contend on small requests; the global arena's lock is taken only for large
@@ -152,7 +152,7 @@ impl<Up: DeviceMemoryResource> ArenaResource<Up> {
         let slot = a.heap.slot(stream);
         match a.heap.deallocate(ptr.0, bytes, slot) {
             Ok((_, true)) if a.heap.chunks().len() > 1 => {
-                // A wholly free superblock goes back to the global arena (the last one stays).
+                // Wholly free superblocks go back to the global arena; an arena's only one stays.
                 let back: Vec<_> = a.heap.take_free_chunks();
                 let mut result = Ok(());
                 for (chunk, s) in back {

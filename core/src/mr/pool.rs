@@ -34,7 +34,7 @@ use std::sync::{Mutex, MutexGuard};
 use crate::attribution::CallerScope;
 use crate::driver::{DevicePtr, Driver, MemInfo, StreamId};
 use crate::mr::detail::growth::{chunk_size, should_trim};
-use crate::mr::detail::heap::{round_to_granule, CoalescingHeap};
+use crate::mr::detail::heap::{round_to_granule, CoalescingHeap, FreeError};
 use crate::mr::detail::stream_order::StreamOrder;
 use crate::mr::pool_options::{Growth, PoolOptions};
 use crate::mr::{assert_resource, DeviceMemoryResource, MrError, MrResult};
@@ -230,7 +230,11 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
         stream: StreamId,
     ) -> MrResult<DevicePtr> {
         let held = st.heap.held();
-        let room = self.options.maximum_size.map(|m| m.saturating_sub(held));
+        // Chunks are whole granules, so the room left under the maximum is counted in them.
+        let room = self
+            .options
+            .maximum_size
+            .map(|m| m.saturating_sub(held) & !(crate::mr::MIN_ALIGNMENT as u64 - 1));
         let oom = |available| MrError::OutOfMemory {
             resource: NAME,
             requested: bytes,
@@ -289,6 +293,15 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
     }
 }
 
+fn invalid_free(ptr: DevicePtr, bytes: usize, e: FreeError) -> MrError {
+    MrError::InvalidFree {
+        resource: NAME,
+        ptr,
+        bytes: bytes as u64,
+        reason: e.reason(),
+    }
+}
+
 impl<Up: DeviceMemoryResource> DeviceMemoryResource for PoolResource<Up> {
     fn name(&self) -> &'static str {
         NAME
@@ -325,15 +338,15 @@ impl<Up: DeviceMemoryResource> DeviceMemoryResource for PoolResource<Up> {
             return Ok(());
         }
         let mut st = self.lock();
-        let slot = st.heap.slot(stream);
+        let slot = match st.heap.slot_of(stream) {
+            Some(slot) => slot,
+            // A stream's lists are made on its first good free, so a bad one changes nothing.
+            None if st.heap.is_live(ptr.0) => st.heap.slot(stream),
+            None => Err(FreeError::NotLive).map_err(|e| invalid_free(ptr, bytes, e))?,
+        };
         match st.heap.deallocate(ptr.0, bytes as u64, slot) {
             Ok(_) => Ok(()),
-            Err(e) => Err(MrError::InvalidFree {
-                resource: NAME,
-                ptr,
-                bytes: bytes as u64,
-                reason: e.reason(),
-            }),
+            Err(e) => Err(invalid_free(ptr, bytes, e)),
         }
     }
 

@@ -188,6 +188,11 @@ impl CoalescingHeap {
         Some(b.addr)
     }
 
+    /// Whether a live block starts at `addr`.
+    pub(crate) fn is_live(&self, addr: u64) -> bool {
+        self.live.get(addr).is_some()
+    }
+
     /// Another stream's slot holding a block of at least `size` bytes, if any.
     ///
     /// # Time complexity
