@@ -218,7 +218,7 @@ fn random_allocations<const RESOURCE: usize>(bencher: Bencher, (n, max_mib): (u6
 }
 
 /// Allocate 1 KiB + free with this many 512-byte holes that cannot serve it (items = ops).
-#[divan::bench(args = [4096, 16_384, 65_536], consts = [0, 1], sample_count = 20)]
+#[divan::bench(args = [4096, 16_384, 65_536], consts = [0, 1], sample_count = 20, sample_size = 5000)]
 fn holes<const RESOURCE: usize>(bencher: Bencher, holes: usize) {
     let label = ["pool", "arena"][RESOURCE];
     let g = gpu();
@@ -229,6 +229,10 @@ fn holes<const RESOURCE: usize>(bencher: Bencher, holes: usize) {
         .collect();
     for p in blocks.iter().skip(1).step_by(2) {
         r.deallocate(*p, 512, s).expect("live");
+    }
+    for _ in 0..10_000 {
+        let p = r.allocate(1024, s).expect("fits");
+        r.deallocate(p, 1024, s).expect("live");
     }
     bencher.counter(ItemsCount::new(2usize)).bench_local(|| {
         let p = r.allocate(divan::black_box(1024), s).expect("fits");

@@ -5,7 +5,8 @@
 //!   is assigned one of several arenas (threads beyond the number of arenas share them round
 //!   robin); an arena carves requests up to [`ArenaResource::small_max`] from superblocks it
 //!   takes from the global arena, with the same coalescing TLSF heap as the pool, and gives
-//!   wholly free superblocks back when a free leaves one and the arena holds others. Larger requests go to the
+//!   wholly free superblocks back to it when a free leaves one, keeping one free superblock
+//!   as a cache. Larger requests go to the
 //!   global arena directly.
 //! - **Thread safety**: `Send + Sync`. Each arena has its own lock, so threads on different
 //!   arenas never contend on small requests; the global arena's lock is taken only for large
@@ -152,8 +153,10 @@ impl<Up: DeviceMemoryResource> ArenaResource<Up> {
         let slot = a.heap.slot(stream);
         match a.heap.deallocate(ptr.0, bytes, slot) {
             Ok((_, true)) if a.heap.chunks().len() > 1 => {
-                // Wholly free superblocks go back to the global arena; an arena's only one stays.
-                let back: Vec<_> = a.heap.take_free_chunks();
+                // Wholly free superblocks go back to the global arena, but one stays: an arena
+                // that fills and empties a superblock in a loop must not take and return it
+                // through the global lock on every iteration.
+                let back: Vec<_> = a.heap.take_free_chunks(1);
                 let mut result = Ok(());
                 for (chunk, s) in back {
                     if let Err(e) =
@@ -217,7 +220,8 @@ impl<Up: DeviceMemoryResource> DeviceMemoryResource for ArenaResource<Up> {
 
     /// # Time complexity
     ///
-    /// O(1) from the allocating thread; O(arenas) from another thread; large requests as
+    /// O(1) from the allocating thread; O(arenas) from another thread; plus O(superblocks of
+    /// the arena) when the free leaves a superblock wholly free; large requests as
     /// `PoolResource`.
     fn deallocate(&self, ptr: DevicePtr, bytes: usize, stream: StreamId) -> MrResult<()> {
         if ptr == DevicePtr::NULL && bytes == 0 {

@@ -320,19 +320,24 @@ impl CoalescingHeap {
         self.slab.remove(hi);
     }
 
-    /// Removes every fully free chunk and returns them with the stream whose lists held each,
-    /// for the caller to give back to its upstream on that stream.
+    /// Removes every fully free chunk but the first `keep` found and returns them with the
+    /// stream whose lists held each, for the caller to give back to its upstream on that
+    /// stream.
     ///
     /// # Time complexity
     ///
     /// O(chunks).
-    pub(crate) fn take_free_chunks(&mut self) -> Vec<(Chunk, StreamId)> {
+    pub(crate) fn take_free_chunks(&mut self, mut keep: usize) -> Vec<(Chunk, StreamId)> {
         let mut out = Vec::new();
         let mut k = 0;
         while k < self.chunks.len() {
             let c = self.chunks[k];
             let b = *self.slab.get(c.first);
-            if b.is_free() && b.size == c.size {
+            let wholly_free = b.is_free() && b.size == c.size;
+            if wholly_free && keep > 0 {
+                keep -= 1;
+                k += 1;
+            } else if wholly_free {
                 let slot = b.owner as usize;
                 self.lists[slot].index.remove(self.slab.all_mut(), c.first);
                 self.slab.remove(c.first);
@@ -350,7 +355,7 @@ impl CoalescingHeap {
     /// chunks with the stream to free each on: the owning stream's for a fully free chunk,
     /// `None` for one that still had live blocks.
     pub(crate) fn take_all_chunks(&mut self) -> Vec<(Chunk, Option<StreamId>)> {
-        let free = self.take_free_chunks();
+        let free = self.take_free_chunks(0);
         let mut out: Vec<(Chunk, Option<StreamId>)> =
             free.into_iter().map(|(c, s)| (c, Some(s))).collect();
         out.extend(self.chunks.drain(..).map(|c| (c, None)));
@@ -466,7 +471,7 @@ mod tests {
         }
         assert_eq!(h.deallocate(a, 1000, s), Err(FreeError::NotLive));
         assert_eq!(h.free_blocks(), 1, "everything merged back into one block");
-        let freed = h.take_free_chunks();
+        let freed = h.take_free_chunks(0);
         assert_eq!(freed.len(), 1);
         assert_eq!((freed[0].0.base, freed[0].1), (1 << 20, S0));
         assert_eq!(h.held(), 0);
