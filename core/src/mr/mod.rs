@@ -26,16 +26,34 @@
 //! Modules: one resource or adaptor per file, named after the type.
 
 pub mod adaptor;
+pub mod arena;
+pub mod bench;
+pub mod binning;
 pub mod cuda;
+pub mod cuda_async;
+pub(crate) mod detail;
+pub mod fixed_size;
 pub mod local;
+pub mod managed;
+pub mod pinned_host;
+pub mod pool;
+pub mod pool_options;
 pub mod replay;
 
 pub use adaptor::{
     AlignedAdaptor, FailureRetryAdaptor, LimitingAdaptor, LoggingAdaptor, PrefetchAdaptor,
     StatisticsAdaptor, ThreadSafeAdaptor, TrackingAdaptor,
 };
+pub use arena::ArenaResource;
+pub use binning::BinningResource;
 pub use cuda::CudaResource;
+pub use cuda_async::AsyncResource;
+pub use fixed_size::FixedSizeResource;
 pub use local::LocalMemoryResource;
+pub use managed::ManagedResource;
+pub use pinned_host::PinnedHostResource;
+pub use pool::PoolResource;
+pub use pool_options::{Growth, PoolOptions};
 
 use std::fmt;
 use std::sync::Arc;

@@ -1,0 +1,546 @@
+//! [`CoalescingHeap`]: a coalescing suballocator over upstream chunks, with one set of TLSF
+//! free lists per stream.
+//!
+//! This is the algorithm of `PoolResource` and of `ArenaResource`'s arenas. Live blocks are
+//! found by address in an [`AddrMap`]; free blocks sit in the [`TlsfIndex`] of the stream that
+//! freed them, so memory freed on stream A is found at once by allocations on A and never by
+//! allocations on B. A block freed on A merges with free physical neighbours that are also A's
+//! (merging with B's would hand B's memory to A unordered). [`CoalescingHeap::adopt`] moves a
+//! whole stream's free blocks to another once the caller has ordered the streams.
+//!
+//! The heap makes no driver calls: the resource owning it records events and talks to its
+//! upstream, so the heap stays a pure, testable data structure.
+
+use crate::driver::StreamId;
+
+use super::addr_map::AddrMap;
+use super::block::{Block, BlockSlab, LIVE, NIL};
+use super::tlsf::{TlsfIndex, GRANULE};
+
+/// One upstream allocation the heap carves blocks from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Chunk {
+    /// Its base address.
+    pub base: u64,
+    /// Its size in bytes.
+    pub size: u64,
+    /// Its lowest block: never merged away, as merges keep the lower block.
+    first: u32,
+}
+
+/// The free lists of one stream.
+#[derive(Debug, Clone)]
+struct StreamLists {
+    stream: StreamId,
+    index: TlsfIndex,
+}
+
+/// Why the heap refused a free; nothing was changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FreeError {
+    /// No live block starts at that address: foreign pointer, interior pointer or double free.
+    NotLive,
+    /// The block is live but was allocated with another size.
+    WrongSize {
+        /// The size it was allocated with.
+        allocated: u64,
+    },
+}
+
+impl FreeError {
+    /// The reason, for [`crate::mr::MrError::InvalidFree`].
+    pub(crate) fn reason(self) -> String {
+        match self {
+            FreeError::NotLive => {
+                "no live allocation starts there: the pointer came from elsewhere, points \
+                 inside an allocation, or was already freed"
+                    .to_string()
+            }
+            FreeError::WrongSize { allocated } => format!(
+                "it was allocated with {allocated} bytes; free it with the size it was \
+                 allocated with"
+            ),
+        }
+    }
+}
+
+/// Rounds `bytes` up to the granule, or `None` when that overflows.
+#[inline]
+pub(crate) fn round_to_granule(bytes: u64) -> Option<u64> {
+    Some(bytes.checked_add(GRANULE - 1)? & !(GRANULE - 1))
+}
+
+/// A coalescing suballocator with per-stream TLSF free lists.
+#[derive(Debug, Default)]
+pub(crate) struct CoalescingHeap {
+    slab: BlockSlab,
+    lists: Vec<StreamLists>,
+    live: AddrMap,
+    chunks: Vec<Chunk>,
+    held: u64,
+    live_count: usize,
+    /// Bytes in live blocks (granule-rounded).
+    live_bytes: u64,
+}
+
+impl CoalescingHeap {
+    /// Bytes held from upstream (the sum of chunk sizes).
+    pub(crate) fn held(&self) -> u64 {
+        self.held
+    }
+
+    /// Bytes in free blocks, all streams together.
+    pub(crate) fn free_bytes(&self) -> u64 {
+        self.lists.iter().map(|l| l.index.free_bytes()).sum()
+    }
+
+    /// Bytes in live blocks (granule-rounded).
+    pub(crate) fn live_bytes(&self) -> u64 {
+        self.live_bytes
+    }
+
+    /// Number of live blocks.
+    pub(crate) fn live_count(&self) -> usize {
+        self.live_count
+    }
+
+    /// Number of free blocks, all streams together.
+    pub(crate) fn free_blocks(&self) -> usize {
+        self.lists.iter().map(|l| l.index.free_blocks()).sum()
+    }
+
+    /// The chunks held.
+    pub(crate) fn chunks(&self) -> &[Chunk] {
+        &self.chunks
+    }
+
+    /// The slot of `stream`'s free lists, if it has any.
+    ///
+    /// # Time complexity
+    ///
+    /// O(streams seen); one comparison for a single-stream user.
+    #[inline]
+    pub(crate) fn slot_of(&self, stream: StreamId) -> Option<usize> {
+        self.lists.iter().position(|l| l.stream == stream)
+    }
+
+    /// The slot of `stream`'s free lists, created empty on first use.
+    #[inline]
+    pub(crate) fn slot(&mut self, stream: StreamId) -> usize {
+        match self.slot_of(stream) {
+            Some(s) => s,
+            None => self.new_slot(stream),
+        }
+    }
+
+    #[cold]
+    fn new_slot(&mut self, stream: StreamId) -> usize {
+        self.lists.push(StreamLists {
+            stream,
+            index: TlsfIndex::default(),
+        });
+        self.lists.len() - 1
+    }
+
+    /// The stream of `slot`.
+    pub(crate) fn stream_of(&self, slot: usize) -> StreamId {
+        self.lists[slot].stream
+    }
+
+    /// Takes a block of `size` bytes (a positive granule multiple) from `slot`'s lists, splits
+    /// off the rest, and records it live with `requested` bytes. `None` if `slot` has no block
+    /// large enough.
+    ///
+    /// # Time complexity
+    ///
+    /// O(1): a TLSF search, one unlink, at most one split and re-file, one map insert.
+    #[inline]
+    pub(crate) fn allocate(&mut self, slot: usize, size: u64, requested: u64) -> Option<u64> {
+        let lists = &mut self.lists[slot];
+        let i = lists.index.find(self.slab.all(), size)?;
+        lists.index.remove(self.slab.all_mut(), i);
+        let b = *self.slab.get(i);
+        if b.size > size {
+            let rest = self.slab.insert(Block {
+                addr: b.addr + size,
+                size: b.size - size,
+                requested: 0,
+                prev_phys: i,
+                next_phys: b.next_phys,
+                prev_free: NIL,
+                next_free: NIL,
+                owner: slot as u32,
+            });
+            if b.next_phys != NIL {
+                self.slab.get_mut(b.next_phys).prev_phys = rest;
+            }
+            let blk = self.slab.get_mut(i);
+            blk.next_phys = rest;
+            blk.size = size;
+            self.lists[slot].index.insert(self.slab.all_mut(), rest);
+        }
+        let blk = self.slab.get_mut(i);
+        blk.owner = LIVE;
+        blk.requested = requested;
+        self.live.insert(b.addr, i);
+        self.live_count += 1;
+        self.live_bytes += size;
+        Some(b.addr)
+    }
+
+    /// Whether a live block starts at `addr`.
+    pub(crate) fn is_live(&self, addr: u64) -> bool {
+        self.live.get(addr).is_some()
+    }
+
+    /// Another stream's slot holding a block of at least `size` bytes, if any.
+    ///
+    /// # Time complexity
+    ///
+    /// O(streams seen).
+    pub(crate) fn find_elsewhere(&self, slot: usize, size: u64) -> Option<usize> {
+        self.lists
+            .iter()
+            .enumerate()
+            .find(|(s, l)| *s != slot && l.index.find(self.slab.all(), size).is_some())
+            .map(|(s, _)| s)
+    }
+
+    /// Moves every free block of slot `from` into slot `to`, coalescing with `to`'s. The caller
+    /// must first have ordered `to`'s stream after `from`'s (event record and wait).
+    ///
+    /// # Time complexity
+    ///
+    /// O(free blocks of `from`).
+    pub(crate) fn adopt(&mut self, to: usize, from: usize) {
+        let mut moved = Vec::with_capacity(self.lists[from].index.free_blocks());
+        self.lists[from].index.collect(self.slab.all(), &mut moved);
+        for i in moved {
+            self.lists[from].index.remove(self.slab.all_mut(), i);
+            let _ = self.file_free(to, i);
+        }
+    }
+
+    /// Adds an upstream chunk as one free block in `slot`'s lists.
+    ///
+    /// # Time complexity
+    ///
+    /// O(1) amortized.
+    pub(crate) fn add_chunk(&mut self, slot: usize, base: u64, size: u64) {
+        debug_assert!(size >= GRANULE && size % GRANULE == 0 && base % GRANULE == 0);
+        let i = self.slab.insert(Block {
+            addr: base,
+            size,
+            requested: 0,
+            prev_phys: NIL,
+            next_phys: NIL,
+            prev_free: NIL,
+            next_free: NIL,
+            owner: slot as u32,
+        });
+        self.lists[slot].index.insert(self.slab.all_mut(), i);
+        self.chunks.push(Chunk {
+            base,
+            size,
+            first: i,
+        });
+        self.held += size;
+    }
+
+    /// Frees the live block at `addr`, allocated with `requested` bytes, into `slot`'s lists,
+    /// merging it with free neighbours of the same slot. Returns the block's size, and whether
+    /// its chunk is now wholly free.
+    ///
+    /// # Errors
+    ///
+    /// [`FreeError`] when no live block starts at `addr` or the size differs; nothing changes.
+    ///
+    /// # Time complexity
+    ///
+    /// O(1): one map lookup and removal, at most two merges, one filing.
+    #[inline]
+    pub(crate) fn deallocate(
+        &mut self,
+        addr: u64,
+        requested: u64,
+        slot: usize,
+    ) -> Result<(u64, bool), FreeError> {
+        let i = self.live.remove(addr).ok_or(FreeError::NotLive)?;
+        let b = self.slab.get(i);
+        if b.requested != requested {
+            // The rare refusal pays for the common case's single probe.
+            let allocated = b.requested;
+            self.live.insert(addr, i);
+            return Err(FreeError::WrongSize { allocated });
+        }
+        let size = b.size;
+        self.live_count -= 1;
+        self.live_bytes -= size;
+        let merged = self.file_free(slot, i);
+        let merged = self.slab.get(merged);
+        Ok((size, merged.prev_phys == NIL && merged.next_phys == NIL))
+    }
+
+    /// Marks block `i` free in `slot`, merges it with same-slot free neighbours, and files it;
+    /// returns the merged block.
+    #[inline]
+    fn file_free(&mut self, slot: usize, mut i: u32) -> u32 {
+        let owner = slot as u32;
+        let (prev, next) = {
+            let b = self.slab.get_mut(i);
+            b.owner = owner;
+            b.requested = 0;
+            (b.prev_phys, b.next_phys)
+        };
+        if next != NIL && self.slab.get(next).owner == owner {
+            self.lists[slot].index.remove(self.slab.all_mut(), next);
+            self.absorb_next(i, next);
+        }
+        if prev != NIL && self.slab.get(prev).owner == owner {
+            self.lists[slot].index.remove(self.slab.all_mut(), prev);
+            self.absorb_next(prev, i);
+            i = prev;
+        }
+        self.lists[slot].index.insert(self.slab.all_mut(), i);
+        i
+    }
+
+    /// Merges block `hi` (the physical successor of `lo`) into `lo` and drops `hi`'s record.
+    #[inline]
+    fn absorb_next(&mut self, lo: u32, hi: u32) {
+        let Block {
+            size, next_phys, ..
+        } = *self.slab.get(hi);
+        let b = self.slab.get_mut(lo);
+        b.size += size;
+        b.next_phys = next_phys;
+        if next_phys != NIL {
+            self.slab.get_mut(next_phys).prev_phys = lo;
+        }
+        self.slab.remove(hi);
+    }
+
+    /// Removes every fully free chunk but the first `keep` found and returns them with the
+    /// stream whose lists held each, for the caller to give back to its upstream on that
+    /// stream.
+    ///
+    /// # Time complexity
+    ///
+    /// O(chunks).
+    pub(crate) fn take_free_chunks(&mut self, mut keep: usize) -> Vec<(Chunk, StreamId)> {
+        let mut out = Vec::new();
+        let mut k = 0;
+        while k < self.chunks.len() {
+            let c = self.chunks[k];
+            let b = *self.slab.get(c.first);
+            let wholly_free = b.is_free() && b.size == c.size;
+            if wholly_free && keep > 0 {
+                keep -= 1;
+                k += 1;
+            } else if wholly_free {
+                let slot = b.owner as usize;
+                self.lists[slot].index.remove(self.slab.all_mut(), c.first);
+                self.slab.remove(c.first);
+                self.held -= c.size;
+                out.push((c, self.lists[slot].stream));
+                self.chunks.swap_remove(k);
+            } else {
+                k += 1;
+            }
+        }
+        out
+    }
+
+    /// Forgets everything (after the caller has returned every chunk upstream) and returns the
+    /// chunks with the stream to free each on: the owning stream's for a fully free chunk,
+    /// `None` for one that still had live blocks.
+    pub(crate) fn take_all_chunks(&mut self) -> Vec<(Chunk, Option<StreamId>)> {
+        let free = self.take_free_chunks(0);
+        let mut out: Vec<(Chunk, Option<StreamId>)> =
+            free.into_iter().map(|(c, s)| (c, Some(s))).collect();
+        out.extend(self.chunks.drain(..).map(|c| (c, None)));
+        *self = CoalescingHeap::default();
+        out
+    }
+
+    /// Checks every internal invariant: blocks tile each chunk, free blocks are filed in their
+    /// owner's lists, no two same-owner free neighbours are left unmerged, the live map and
+    /// byte counts agree. O(blocks); for tests.
+    ///
+    /// # Errors
+    ///
+    /// A description of the first broken invariant.
+    pub(crate) fn check(&self) -> Result<(), String> {
+        let blocks = self.slab.all();
+        let mut live = 0;
+        let mut held = 0;
+        for c in &self.chunks {
+            held += c.size;
+            let mut i = c.first;
+            let mut addr = c.base;
+            let mut prev = NIL;
+            while i != NIL {
+                let b = &blocks[i as usize];
+                if b.addr != addr || b.prev_phys != prev || b.size == 0 {
+                    return Err(format!("chunk {:#x}: block {i} breaks the tiling", c.base));
+                }
+                if b.is_free() {
+                    if b.next_phys != NIL && blocks[b.next_phys as usize].owner == b.owner {
+                        return Err(format!("unmerged free neighbours at {:#x}", b.addr));
+                    }
+                } else {
+                    live += 1;
+                    if self.live.get(b.addr) != Some(i) {
+                        return Err(format!("live block at {:#x} not in the map", b.addr));
+                    }
+                }
+                addr += b.size;
+                prev = i;
+                i = b.next_phys;
+            }
+            if addr != c.base + c.size {
+                return Err(format!("chunk {:#x} not fully tiled", c.base));
+            }
+        }
+        if live != self.live_count || held != self.held {
+            return Err(format!(
+                "counts: {live} live blocks seen, {} counted; {held} held, {} counted",
+                self.live_count, self.held
+            ));
+        }
+        let mut filed = Vec::new();
+        for (slot, l) in self.lists.iter().enumerate() {
+            let start = filed.len();
+            l.index.collect(blocks, &mut filed);
+            if filed[start..]
+                .iter()
+                .any(|&i| blocks[i as usize].owner != slot as u32)
+            {
+                return Err(format!("slot {slot} files a block it does not own"));
+            }
+        }
+        let free_in_chunks = self
+            .chunks
+            .iter()
+            .map(|c| {
+                let mut n = 0;
+                let mut i = c.first;
+                while i != NIL {
+                    n += usize::from(blocks[i as usize].is_free());
+                    i = blocks[i as usize].next_phys;
+                }
+                n
+            })
+            .sum::<usize>();
+        if filed.len() != free_in_chunks {
+            return Err(format!(
+                "{} blocks filed, {free_in_chunks} free in chunks",
+                filed.len()
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S0: StreamId = StreamId(0);
+    const S1: StreamId = StreamId(1);
+
+    #[test]
+    fn splits_coalesces_and_releases() {
+        let mut h = CoalescingHeap::default();
+        let s = h.slot(S0);
+        h.add_chunk(s, 1 << 20, 64 * GRANULE);
+        let a = h.allocate(s, 4 * GRANULE, 1000).unwrap();
+        let b = h.allocate(s, 4 * GRANULE, 1024).unwrap();
+        let c = h.allocate(s, 56 * GRANULE, 56 * 256).unwrap();
+        assert_eq!((a, b, c), (1 << 20, (1 << 20) + 1024, (1 << 20) + 2048));
+        assert!(h.allocate(s, GRANULE, 1).is_none());
+        h.check().unwrap();
+        assert_eq!(
+            h.deallocate(b, 1000, s),
+            Err(FreeError::WrongSize { allocated: 1024 })
+        );
+        assert_eq!(h.deallocate(b + 256, 1024, s), Err(FreeError::NotLive));
+        for (p, n, whole) in [(b, 1024, false), (a, 1000, false), (c, 56 * 256, true)] {
+            assert_eq!(h.deallocate(p, n, s).unwrap().1, whole);
+            h.check().unwrap();
+        }
+        assert_eq!(h.deallocate(a, 1000, s), Err(FreeError::NotLive));
+        assert_eq!(h.free_blocks(), 1, "everything merged back into one block");
+        let freed = h.take_free_chunks(0);
+        assert_eq!(freed.len(), 1);
+        assert_eq!((freed[0].0.base, freed[0].1), (1 << 20, S0));
+        assert_eq!(h.held(), 0);
+        h.check().unwrap();
+    }
+
+    #[test]
+    fn streams_keep_their_own_free_blocks_until_adopted() {
+        let mut h = CoalescingHeap::default();
+        let (s0, s1) = (h.slot(S0), h.slot(S1));
+        h.add_chunk(s0, 1 << 20, 8 * GRANULE);
+        let a = h.allocate(s0, 4 * GRANULE, 1).unwrap();
+        let b = h.allocate(s0, 4 * GRANULE, 1).unwrap();
+        h.deallocate(a, 1, s1).unwrap();
+        assert!(
+            h.allocate(s0, GRANULE, 1).is_none(),
+            "s1's block is not s0's"
+        );
+        assert_eq!(h.find_elsewhere(s0, GRANULE), Some(s1));
+        h.deallocate(b, 1, s0).unwrap();
+        assert_eq!(
+            h.free_blocks(),
+            2,
+            "neighbours of different streams stay apart"
+        );
+        h.check().unwrap();
+        h.adopt(s0, s1);
+        assert_eq!(h.free_blocks(), 1, "adopted and merged");
+        h.check().unwrap();
+        assert_eq!(h.allocate(s0, 8 * GRANULE, 1), Some(1 << 20));
+        let all = h.take_all_chunks();
+        assert_eq!(all.len(), 1);
+        assert_eq!(
+            all[0].1, None,
+            "a chunk with a live block has no stream to free on"
+        );
+    }
+
+    #[test]
+    fn random_churn_keeps_every_invariant() {
+        let mut h = CoalescingHeap::default();
+        let slots = [h.slot(S0), h.slot(S1)];
+        for k in 0..4u64 {
+            h.add_chunk(slots[(k % 2) as usize], (k + 1) << 30, 1 << 20);
+        }
+        let mut rng = crate::workloads::SplitMix64::new(9);
+        let mut live: Vec<(u64, u64)> = Vec::new();
+        for step in 0..20_000 {
+            let slot = slots[rng.below(2) as usize];
+            if rng.below(100) < 55 {
+                let req = rng.range(1, 64 << 10);
+                let size = round_to_granule(req).unwrap();
+                if let Some(p) = h.allocate(slot, size, req) {
+                    assert!(live.iter().all(|&(q, n)| p + size <= q || q + n <= p));
+                    live.push((p, round_to_granule(req).unwrap()));
+                }
+            } else if !live.is_empty() {
+                let (p, _) = live.swap_remove(rng.below(live.len() as u64) as usize);
+                let req = h.live.get(p).map(|i| h.slab.get(i).requested).unwrap();
+                h.deallocate(p, req, slot).unwrap();
+            }
+            if step % 500 == 0 {
+                h.check().unwrap();
+            }
+            if step % 5000 == 0 {
+                h.adopt(slots[0], slots[1]);
+            }
+        }
+        assert_eq!(h.live_count(), live.len());
+        h.check().unwrap();
+    }
+}

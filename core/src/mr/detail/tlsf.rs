@@ -1,0 +1,317 @@
+//! [`TlsfIndex`]: two-level segregated fit (TLSF) free lists with constant-time search.
+//!
+//! Free blocks are kept in size classes: a first level by power of two and a second level
+//! splitting each power of two into [`SL_COUNT`] equal classes (so a class is at most 1/32 ≈ 3 %
+//! wide), with exact classes below 32 granules (8 KiB). Two bitmap levels say which classes are
+//! non-empty, so finding a block of at least `n` bytes is two masked find-first-set operations,
+//! whatever the number of free blocks — the design of Masmano et al. (2004) and of the `rlsf`
+//! crate, over host-side block records instead of in-band headers.
+//!
+//! A search first looks at the first [`EXACT_CLASS_SCAN`] blocks of the request's own class for
+//! one that fits (the tightest fit there is, short of a full best-fit search), then rounds the
+//! request up to the next class start ("good fit"), where any block is large enough. The
+//! bounded scan keeps the search constant-time and measured 1.14 → 1.08 held over peak live on
+//! W3 against good fit alone.
+
+use super::block::{Block, NIL};
+
+/// Granule: every block size is a multiple of this (the resources' minimum alignment).
+pub(crate) const GRANULE: u64 = 256;
+const GRANULE_SHIFT: u32 = 8;
+/// log2 of the number of second-level classes per power of two.
+const SL_LOG2: u32 = 5;
+/// Second-level classes per power of two.
+pub(crate) const SL_COUNT: usize = 1 << SL_LOG2;
+/// First-level classes: sizes up to 2^64 bytes.
+const FL_COUNT: usize = 64 - GRANULE_SHIFT as usize - SL_LOG2 as usize + 2;
+/// How many blocks of the request's own class a failed good-fit search looks at.
+pub(crate) const EXACT_CLASS_SCAN: usize = 4;
+
+/// The size class of a block of `size` bytes (rounding down): the class it is filed in.
+#[inline]
+fn class_of(size: u64) -> (usize, usize) {
+    class_of_units(size >> GRANULE_SHIFT)
+}
+
+#[inline]
+fn class_of_units(units: u64) -> (usize, usize) {
+    debug_assert!(units > 0);
+    if units < SL_COUNT as u64 {
+        return (0, units as usize);
+    }
+    let msb = 63 - units.leading_zeros();
+    let fl = (msb - SL_LOG2 + 1) as usize;
+    let sl = ((units >> (msb - SL_LOG2)) as usize) & (SL_COUNT - 1);
+    (fl, sl)
+}
+
+/// The first class whose every block holds at least `size` bytes (rounding up), or `None` past
+/// the largest class.
+#[inline]
+fn class_at_least(size: u64) -> Option<(usize, usize)> {
+    let units = size >> GRANULE_SHIFT;
+    if units < SL_COUNT as u64 {
+        return Some((0, units as usize));
+    }
+    let msb = 63 - units.leading_zeros();
+    let rounded = units.checked_add((1u64 << (msb - SL_LOG2)) - 1)?;
+    let (fl, sl) = class_of_units(rounded);
+    (fl < FL_COUNT).then_some((fl, sl))
+}
+
+/// The segregated free lists of one owner (one stream's free blocks).
+#[derive(Debug, Clone)]
+pub(crate) struct TlsfIndex {
+    fl_bitmap: u64,
+    sl_bitmap: [u32; FL_COUNT],
+    heads: [u32; FL_COUNT * SL_COUNT],
+    /// Bytes in the lists.
+    free_bytes: u64,
+    /// Blocks in the lists.
+    free_blocks: usize,
+}
+
+impl Default for TlsfIndex {
+    fn default() -> Self {
+        TlsfIndex {
+            fl_bitmap: 0,
+            sl_bitmap: [0; FL_COUNT],
+            heads: [NIL; FL_COUNT * SL_COUNT],
+            free_bytes: 0,
+            free_blocks: 0,
+        }
+    }
+}
+
+impl TlsfIndex {
+    /// Bytes in the lists.
+    #[inline]
+    pub(crate) fn free_bytes(&self) -> u64 {
+        self.free_bytes
+    }
+
+    /// Number of blocks in the lists.
+    #[inline]
+    pub(crate) fn free_blocks(&self) -> usize {
+        self.free_blocks
+    }
+
+    /// Files block `i` (free, size set) at the head of its class list.
+    ///
+    /// # Time complexity
+    ///
+    /// O(1).
+    #[inline(always)]
+    pub(crate) fn insert(&mut self, blocks: &mut [Block], i: u32) {
+        let (fl, sl) = class_of(blocks[i as usize].size);
+        let slot = fl * SL_COUNT + sl;
+        let head = self.heads[slot];
+        {
+            let b = &mut blocks[i as usize];
+            b.prev_free = NIL;
+            b.next_free = head;
+        }
+        if head != NIL {
+            blocks[head as usize].prev_free = i;
+        }
+        self.heads[slot] = i;
+        self.fl_bitmap |= 1 << fl;
+        self.sl_bitmap[fl] |= 1 << sl;
+        self.free_bytes += blocks[i as usize].size;
+        self.free_blocks += 1;
+    }
+
+    /// Unlinks block `i`, which must be in these lists.
+    ///
+    /// # Time complexity
+    ///
+    /// O(1).
+    #[inline(always)]
+    pub(crate) fn remove(&mut self, blocks: &mut [Block], i: u32) {
+        let Block {
+            size,
+            prev_free,
+            next_free,
+            ..
+        } = blocks[i as usize];
+        if next_free != NIL {
+            blocks[next_free as usize].prev_free = prev_free;
+        }
+        if prev_free != NIL {
+            blocks[prev_free as usize].next_free = next_free;
+        } else {
+            let (fl, sl) = class_of(size);
+            let slot = fl * SL_COUNT + sl;
+            debug_assert_eq!(self.heads[slot], i);
+            self.heads[slot] = next_free;
+            if next_free == NIL {
+                self.sl_bitmap[fl] &= !(1 << sl);
+                if self.sl_bitmap[fl] == 0 {
+                    self.fl_bitmap &= !(1 << fl);
+                }
+            }
+        }
+        self.free_bytes -= size;
+        self.free_blocks -= 1;
+    }
+
+    /// A free block of at least `size` bytes (a positive multiple of [`GRANULE`]), still
+    /// linked, or `None`.
+    ///
+    /// # Time complexity
+    ///
+    /// O(1): at most [`EXACT_CLASS_SCAN`] list steps, then two find-first-set operations.
+    #[inline]
+    pub(crate) fn find(&self, blocks: &[Block], size: u64) -> Option<u32> {
+        // Budget: a few steps of the request's own class (closest to best fit, which measured
+        // 1.14 → 1.08 held over peak live on W3), then two find-first-set operations.
+        if let Some(i) = self.scan_own_class(blocks, size) {
+            return Some(i);
+        }
+        if let Some((fl, sl)) = class_at_least(size) {
+            let sl_map = self.sl_bitmap[fl] & (u32::MAX << sl);
+            let found = if sl_map != 0 {
+                Some((fl, sl_map.trailing_zeros() as usize))
+            } else {
+                let fl_map = self.fl_bitmap & u64::MAX.checked_shl(fl as u32 + 1).unwrap_or(0);
+                (fl_map != 0).then(|| {
+                    let fl = fl_map.trailing_zeros() as usize;
+                    (fl, self.sl_bitmap[fl].trailing_zeros() as usize)
+                })
+            };
+            if let Some((fl, sl)) = found {
+                return Some(self.heads[fl * SL_COUNT + sl]);
+            }
+        }
+        None
+    }
+
+    /// The first step of [`TlsfIndex::find`]: blocks of the request's own class may be large
+    /// enough even though the class as a whole is not, and fit more tightly than any block of
+    /// a larger class.
+    #[inline]
+    fn scan_own_class(&self, blocks: &[Block], size: u64) -> Option<u32> {
+        let (fl, sl) = class_of(size);
+        if fl >= FL_COUNT {
+            return None;
+        }
+        let mut i = self.heads[fl * SL_COUNT + sl];
+        for _ in 0..EXACT_CLASS_SCAN {
+            if i == NIL {
+                return None;
+            }
+            let b = &blocks[i as usize];
+            if b.size >= size {
+                return Some(i);
+            }
+            i = b.next_free;
+        }
+        None
+    }
+
+    /// Every block in the lists, in no particular order (for release and merging lists).
+    ///
+    /// # Time complexity
+    ///
+    /// O(classes + blocks).
+    pub(crate) fn collect(&self, blocks: &[Block], out: &mut Vec<u32>) {
+        let mut fl_map = self.fl_bitmap;
+        while fl_map != 0 {
+            let fl = fl_map.trailing_zeros() as usize;
+            fl_map &= fl_map - 1;
+            let mut sl_map = self.sl_bitmap[fl];
+            while sl_map != 0 {
+                let sl = sl_map.trailing_zeros() as usize;
+                sl_map &= sl_map - 1;
+                let mut i = self.heads[fl * SL_COUNT + sl];
+                while i != NIL {
+                    out.push(i);
+                    i = blocks[i as usize].next_free;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mr::detail::block::LIVE;
+
+    fn block(size: u64) -> Block {
+        Block {
+            addr: 0,
+            size,
+            requested: 0,
+            prev_phys: NIL,
+            next_phys: NIL,
+            prev_free: NIL,
+            next_free: NIL,
+            owner: LIVE,
+        }
+    }
+
+    #[test]
+    fn classes_are_monotonic_and_at_most_a_32nd_wide() {
+        let mut last = (0, 0);
+        for units in 1..100_000u64 {
+            let c = class_of(units * GRANULE);
+            assert!(c >= last, "{units}");
+            last = c;
+            let up = class_at_least(units * GRANULE).unwrap();
+            assert!(up >= c);
+        }
+        assert_eq!(class_of(GRANULE), (0, 1));
+        assert_eq!(class_of(31 * GRANULE), (0, 31));
+        assert_eq!(class_of(32 * GRANULE), (1, 0));
+        assert_eq!(class_of(64 * GRANULE), (2, 0));
+        assert_eq!(class_of(66 * GRANULE), (2, 1));
+        assert_eq!(class_at_least(65 * GRANULE), Some((2, 1)));
+        let (fl, _) = class_at_least(!(GRANULE - 1)).unwrap();
+        assert!(fl < FL_COUNT);
+    }
+
+    #[test]
+    fn find_returns_a_large_enough_block_or_none() {
+        let sizes = [256u64, 1024, 8192, 8448, 1 << 20, (1 << 20) + 4096, 3 << 30];
+        let mut blocks: Vec<Block> = sizes.iter().map(|&s| block(s)).collect();
+        let mut t = TlsfIndex::default();
+        for i in 0..blocks.len() as u32 {
+            t.insert(&mut blocks, i);
+        }
+        assert_eq!(t.free_blocks(), sizes.len());
+        for want in [
+            256u64,
+            512,
+            1024,
+            1280,
+            8192,
+            8448,
+            1 << 20,
+            (1 << 20) + 256,
+            1 << 30,
+        ] {
+            let i = t.find(&blocks, want).unwrap();
+            assert!(blocks[i as usize].size >= want, "{want}");
+        }
+        assert!(t.find(&blocks, 4 << 30).is_none());
+        // Removing a block makes it unfindable; its class bit clears.
+        let big = t.find(&blocks, 2 << 30).unwrap();
+        t.remove(&mut blocks, big);
+        assert!(t.find(&blocks, 2 << 30).is_none());
+        let mut all = Vec::new();
+        t.collect(&blocks, &mut all);
+        assert_eq!(all.len(), sizes.len() - 1);
+        assert_eq!(t.free_bytes(), sizes.iter().sum::<u64>() - (3 << 30));
+    }
+
+    #[test]
+    fn the_own_class_scan_finds_a_fit_the_good_fit_search_skips() {
+        // 66 and 67 granules share a class; a request of 67 rounds up past it.
+        let mut blocks = vec![block(67 * GRANULE)];
+        let mut t = TlsfIndex::default();
+        t.insert(&mut blocks, 0);
+        assert_eq!(t.find(&blocks, 67 * GRANULE), Some(0));
+        assert_eq!(t.find(&blocks, 68 * GRANULE), None);
+    }
+}

@@ -1,0 +1,82 @@
+//! [`PoolOptions`] and [`Growth`]: how a `PoolResource` is sized.
+
+/// How much a pool asks its upstream for when no free block fits a request. Chunks are always
+/// rounded up to 2 MiB (the driver's large-page granularity) and never smaller than the request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Growth {
+    /// Exactly the request (rounded to 2 MiB): the least memory held, the most upstream calls.
+    Exact,
+    /// At least `held / divisor`: geometric growth, few upstream calls, up to `1/divisor` of
+    /// the pool held beyond need.
+    Fraction {
+        /// The pool grows by at least 1/`divisor` of what it holds.
+        divisor: u64,
+    },
+    /// At least `bytes` per chunk.
+    Fixed {
+        /// The smallest chunk.
+        bytes: u64,
+    },
+}
+
+/// The sizing of a `PoolResource`: initial size, maximum size, growth policy.
+///
+/// # Examples
+///
+/// ```
+/// use emm_core::mr::{Growth, PoolOptions};
+///
+/// let o = PoolOptions::default().initial_size(1 << 30).maximum_size(4 << 30);
+/// assert_eq!(o.initial_size, 1 << 30);
+/// assert_eq!(o.maximum_size, Some(4 << 30));
+/// assert_eq!(o.growth, PoolOptions::DEFAULT_GROWTH);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolOptions {
+    /// Bytes taken from upstream when the pool is built (0: none; grow on demand).
+    pub initial_size: u64,
+    /// The most the pool holds from upstream (`None`: no limit but the upstream's).
+    pub maximum_size: Option<u64>,
+    /// How the pool grows.
+    pub growth: Growth,
+}
+
+impl PoolOptions {
+    /// The default growth policy, chosen by measurement on W1, W2 and W3 (README, "Figures").
+    pub const DEFAULT_GROWTH: Growth = Growth::Exact;
+
+    /// Sets the bytes taken from upstream at construction.
+    ///
+    /// Default: 0 (no preallocation).
+    pub fn initial_size(mut self, bytes: u64) -> Self {
+        self.initial_size = bytes;
+        self
+    }
+
+    /// Sets the most the pool may hold from upstream.
+    ///
+    /// Default: no limit.
+    pub fn maximum_size(mut self, bytes: u64) -> Self {
+        self.maximum_size = Some(bytes);
+        self
+    }
+
+    /// Sets the growth policy.
+    ///
+    /// Default: [`PoolOptions::DEFAULT_GROWTH`].
+    pub fn growth(mut self, growth: Growth) -> Self {
+        self.growth = growth;
+        self
+    }
+}
+
+impl Default for PoolOptions {
+    fn default() -> Self {
+        PoolOptions {
+            initial_size: 0,
+            maximum_size: None,
+            growth: Self::DEFAULT_GROWTH,
+        }
+    }
+}

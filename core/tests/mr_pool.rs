@@ -1,0 +1,317 @@
+//! `PoolResource` beyond the generic suite: no driver call on the single-stream path, lazy
+//! cached events across streams, growth to a maximum, release, out-of-memory recovery.
+
+use std::sync::Arc;
+
+use emm_core::mr::{
+    CudaResource, DeviceMemoryResource, Growth, MrError, PoolOptions, PoolResource,
+};
+use emm_core::workloads;
+use emm_core::{CudaCode, DeviceId, DevicePtr, Driver, StreamId};
+use emm_sim::{CallKind, Fault, SimConfig, SimDriver, GIB, MIB};
+
+fn gpu() -> Arc<SimDriver> {
+    Arc::new(SimDriver::new(SimConfig::new(3).memory_per_device(4 * GIB)).expect("config"))
+}
+
+fn pool(g: &Arc<SimDriver>) -> PoolResource<CudaResource<SimDriver>> {
+    PoolResource::new(CudaResource::new(Arc::clone(g)))
+}
+
+fn calls_of(g: &SimDriver, kind: CallKind) -> usize {
+    g.trace().iter().filter(|e| e.call == kind).count()
+}
+
+#[test]
+fn the_single_stream_path_never_calls_the_driver() {
+    let g = gpu();
+    let p = pool(&g);
+    let s = StreamId::DEFAULT;
+    let a = p.allocate(1000, s).unwrap();
+    p.deallocate(a, 1000, s).unwrap();
+    let before = g.call_count();
+    for k in 0..10_000usize {
+        let n = 1 + (k * 7919) % (1 << 20);
+        let x = p.allocate(n, s).unwrap();
+        p.deallocate(x, n, s).unwrap();
+    }
+    assert_eq!(
+        g.call_count(),
+        before,
+        "no event record per free, no upstream call"
+    );
+    assert_eq!(calls_of(&g, CallKind::EventRecord), 0);
+    p.check().unwrap();
+}
+
+#[test]
+fn memory_moves_between_streams_through_one_cached_event_only_when_taken() {
+    let g = gpu();
+    let p = pool(&g);
+    let (a, b) = (
+        g.stream_create(true).unwrap(),
+        g.stream_create(true).unwrap(),
+    );
+    // Fill exactly one chunk on A, then free it all on A.
+    let blocks: Vec<_> = (0..8).map(|_| p.allocate(256 << 10, a).unwrap()).collect();
+    assert_eq!(p.held_bytes(), 2 * MIB);
+    for x in &blocks {
+        p.deallocate(*x, 256 << 10, a).unwrap();
+    }
+    assert_eq!(
+        calls_of(&g, CallKind::EventRecord),
+        0,
+        "frees record nothing"
+    );
+    // B takes A's memory: one event created, recorded on A, waited on by B; no growth.
+    let x = p.allocate(1 << 20, b).unwrap();
+    assert_eq!(p.held_bytes(), 2 * MIB, "reused, not grown");
+    assert_eq!(calls_of(&g, CallKind::EventCreate), 1);
+    assert_eq!(calls_of(&g, CallKind::EventRecord), 1);
+    assert_eq!(calls_of(&g, CallKind::StreamWaitEvent), 1);
+    // All of A's free memory moved to B at once: B's next allocation needs no event.
+    let y = p.allocate(1 << 20, b).unwrap();
+    assert_eq!(calls_of(&g, CallKind::EventRecord), 1);
+    p.deallocate(x, 1 << 20, b).unwrap();
+    p.deallocate(y, 1 << 20, b).unwrap();
+    // Back to A: B's event is created once; A's event is re-recorded, never re-created.
+    let z = p.allocate(2 << 20, a).unwrap();
+    p.deallocate(z, 2 << 20, a).unwrap();
+    let w = p.allocate(2 << 20, b).unwrap();
+    p.deallocate(w, 2 << 20, b).unwrap();
+    assert_eq!(
+        calls_of(&g, CallKind::EventCreate),
+        2,
+        "one event per source stream"
+    );
+    assert_eq!(calls_of(&g, CallKind::EventRecord), 3);
+    p.check().unwrap();
+    let trace = g.trace();
+    assert!(
+        trace
+            .iter()
+            .filter(|e| e.call == CallKind::EventRecord)
+            .all(|e| e.caller == "PoolResource"),
+        "event calls are attributed to the pool"
+    );
+    drop(p);
+    g.stream_destroy(a).unwrap();
+    g.stream_destroy(b).unwrap();
+    let r = g.report();
+    assert!(r.is_clean(), "events destroyed, chunks returned:\n{r}");
+}
+
+#[test]
+fn a_destroyed_source_stream_falls_back_to_a_synchronize() {
+    let g = gpu();
+    let p = pool(&g);
+    let (a, b) = (
+        g.stream_create(true).unwrap(),
+        g.stream_create(true).unwrap(),
+    );
+    let x = p.allocate(4096, a).unwrap();
+    p.deallocate(x, 4096, a).unwrap();
+    g.stream_destroy(a).unwrap();
+    let y = p.allocate(4096, b).unwrap();
+    assert_eq!(
+        y, x,
+        "A's memory is still reused, after a context synchronize"
+    );
+    assert_eq!(calls_of(&g, CallKind::ContextSynchronize), 1);
+    p.deallocate(y, 4096, b).unwrap();
+    drop(p);
+    g.stream_destroy(b).unwrap();
+    assert!(g.report().is_clean(), "{}", g.report());
+}
+
+#[test]
+fn growth_stops_at_the_maximum_and_frees_make_room() {
+    let g = gpu();
+    let p = PoolResource::with_options(
+        CudaResource::<SimDriver>::new(Arc::clone(&g)),
+        PoolOptions::default().maximum_size(8 * MIB),
+    )
+    .unwrap();
+    let s = StreamId::DEFAULT;
+    let a = p.allocate(5 * MIB as usize, s).unwrap();
+    let e = p.allocate(4 * MIB as usize, s).unwrap_err();
+    assert!(
+        matches!(e, MrError::OutOfMemory { requested, available: Some(av), .. }
+            if requested == 4 * MIB && av == 2 * MIB),
+        "{e}"
+    );
+    assert!(e.to_string().contains("PoolResource"), "{e}");
+    let b = p.allocate(2 * MIB as usize, s).unwrap();
+    assert_eq!(p.held_bytes(), 8 * MIB);
+    p.deallocate(a, 5 * MIB as usize, s).unwrap();
+    let c = p.allocate(4 * MIB as usize, s).unwrap();
+    for (x, n) in [(b, 2 * MIB), (c, 4 * MIB)] {
+        p.deallocate(x, n as usize, s).unwrap();
+    }
+    assert!(matches!(
+        PoolResource::with_options(
+            CudaResource::<SimDriver>::new(Arc::clone(&g)),
+            PoolOptions::default()
+                .initial_size(2 * GIB)
+                .maximum_size(GIB),
+        ),
+        Err(MrError::InvalidArgument { .. })
+    ));
+}
+
+#[test]
+fn initial_size_is_taken_at_once_and_release_gives_free_chunks_back() {
+    let g = gpu();
+    let p = PoolResource::with_options(
+        CudaResource::<SimDriver>::new(Arc::clone(&g)),
+        PoolOptions::default().initial_size(64 * MIB),
+    )
+    .unwrap();
+    assert_eq!(g.device_memory_used(DeviceId(0)), 64 * MIB);
+    let s = StreamId::DEFAULT;
+    let small = p.allocate(1000, s).unwrap();
+    let big = p.allocate(100 * MIB as usize, s).unwrap();
+    assert_eq!(p.held_bytes(), 164 * MIB);
+    p.deallocate(big, 100 * MIB as usize, s).unwrap();
+    assert_eq!(
+        p.release().unwrap(),
+        100 * MIB,
+        "the wholly free chunk goes back"
+    );
+    assert_eq!(
+        p.held_bytes(),
+        64 * MIB,
+        "the chunk with a live block stays"
+    );
+    p.deallocate(small, 1000, s).unwrap();
+    assert_eq!(p.release().unwrap(), 64 * MIB);
+    assert_eq!(g.device_memory_used(DeviceId(0)), 0);
+    let info = p.memory_info().unwrap();
+    assert!(info.free <= info.total && info.total == 4 * GIB, "{info:?}");
+}
+
+#[test]
+fn upstream_out_of_memory_releases_free_chunks_and_retries() {
+    let g = gpu();
+    let p = pool(&g);
+    let s = StreamId::DEFAULT;
+    let a = p.allocate(3 * MIB as usize, s).unwrap();
+    p.deallocate(a, 3 * MIB as usize, s).unwrap();
+    // The device now has room for only a little more than what the pool holds.
+    g.inject(Fault::OutOfMemoryAbove {
+        device: None,
+        bytes: 6 * MIB,
+    });
+    let b = p.allocate(5 * MIB as usize, s).unwrap();
+    assert_eq!(
+        p.held_bytes(),
+        6 * MIB,
+        "the 4 MiB chunk was given back first"
+    );
+    let e = p.allocate(4 * MIB as usize, s).unwrap_err();
+    assert!(e.is_out_of_memory(), "{e}");
+    p.deallocate(b, 5 * MIB as usize, s).unwrap();
+    let c = p.allocate(4 * MIB as usize, s).unwrap();
+    p.deallocate(c, 4 * MIB as usize, s).unwrap();
+    p.check().unwrap();
+}
+
+#[test]
+fn an_upstream_failure_is_returned_and_changes_nothing() {
+    let g = gpu();
+    let p = pool(&g);
+    g.inject(Fault::FailNth {
+        call: Some(CallKind::MemAlloc),
+        nth: 1,
+        code: CudaCode::LAUNCH_FAILED,
+    });
+    let e = p.allocate(1000, StreamId::DEFAULT).unwrap_err();
+    assert!(
+        matches!(e, MrError::Driver(ref d) if d.code == CudaCode::LAUNCH_FAILED),
+        "{e}"
+    );
+    assert_eq!(p.held_bytes(), 0);
+    let x = p.allocate(1000, StreamId::DEFAULT).unwrap();
+    p.deallocate(x, 1000, StreamId::DEFAULT).unwrap();
+}
+
+#[test]
+fn alignment_above_256_is_refused_not_ignored() {
+    let g = gpu();
+    let p = pool(&g);
+    let e = p
+        .allocate_aligned(100, 4096, StreamId::DEFAULT)
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            MrError::UnsupportedAlignment {
+                alignment: 4096,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let x = p.allocate_aligned(100, 128, StreamId::DEFAULT).unwrap();
+    assert_eq!(x.0 % 256, 0);
+    p.deallocate_aligned(x, 100, 128, StreamId::DEFAULT)
+        .unwrap();
+}
+
+#[test]
+fn the_standard_workloads_keep_every_invariant_and_hold_little() {
+    let g = Arc::new(
+        SimDriver::new(
+            SimConfig::new(4)
+                .memory_per_device(80 * GIB)
+                .track_contents(false)
+                .record_trace(false),
+        )
+        .unwrap(),
+    );
+    for w in [workloads::w1(), workloads::w2()] {
+        let p = pool(&g);
+        let peak = w.summary().peak_live_bytes;
+        let mut max_held = 0;
+        for _ in 0..2 {
+            workloads::replay(
+                &w,
+                |n| {
+                    let x = p.allocate(n as usize, StreamId::DEFAULT)?;
+                    max_held = max_held.max(p.held_bytes());
+                    Ok::<_, MrError>((x, n))
+                },
+                |(x, n): (DevicePtr, u64), _| {
+                    p.deallocate(x, n as usize, StreamId::DEFAULT).unwrap()
+                },
+            )
+            .unwrap();
+            p.check().unwrap();
+        }
+        assert_eq!(p.live_allocations(), 0);
+        // Measured 1.088 (W1) and 1.112 (W2); the bound leaves room for policy changes.
+        assert!(
+            (max_held as f64) < 1.15 * peak as f64,
+            "{}: held {max_held} for peak live {peak}",
+            w.name
+        );
+    }
+}
+
+#[test]
+fn growth_policies_size_chunks_as_documented() {
+    let g = gpu();
+    let p = PoolResource::with_options(
+        CudaResource::<SimDriver>::new(Arc::clone(&g)),
+        PoolOptions::default().growth(Growth::Fixed { bytes: 64 * MIB }),
+    )
+    .unwrap();
+    let x = p.allocate(1000, StreamId::DEFAULT).unwrap();
+    assert_eq!(p.held_bytes(), 64 * MIB);
+    p.deallocate(x, 1000, StreamId::DEFAULT).unwrap();
+    let q = pool(&g);
+    let y = q.allocate(3 * MIB as usize, StreamId::DEFAULT).unwrap();
+    assert_eq!(q.held_bytes(), 4 * MIB, "exact growth rounds to 2 MiB");
+    q.deallocate(y, 3 * MIB as usize, StreamId::DEFAULT)
+        .unwrap();
+}
