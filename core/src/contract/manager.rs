@@ -53,6 +53,9 @@ pub struct Capabilities {
     pub memory_info: bool,
     /// `memallocmanaged` works.
     pub managed_memory: bool,
+    /// `get_ipc_handle` works (memory from a driver pool or managed memory cannot be exported
+    /// with `cuIpcGetMemHandle`; such a manager says [`EmmError::Unsupported`]).
+    pub ipc: bool,
 }
 
 impl Capabilities {
@@ -61,6 +64,7 @@ impl Capabilities {
         stream_ordered: false,
         memory_info: true,
         managed_memory: false,
+        ipc: true,
     };
 
     /// With the stream-ordered extension on or off.
@@ -71,6 +75,11 @@ impl Capabilities {
     /// With `get_memory_info` supported or not.
     pub const fn with_memory_info(mut self, on: bool) -> Self {
         self.memory_info = on;
+        self
+    }
+    /// With `get_ipc_handle` supported or not.
+    pub const fn with_ipc(mut self, on: bool) -> Self {
+        self.ipc = on;
         self
     }
     /// With `memallocmanaged` supported or not.

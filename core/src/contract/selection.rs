@@ -17,7 +17,7 @@ use std::sync::{Arc, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use crate::contract::error::{EmmError, EmmResult};
 use crate::contract::manager::{check_interface_version, MemoryManager};
 use crate::driver::{ContextId, DeviceId, Driver};
-use crate::managers::{DefaultManager, DEFAULT_MANAGER_NAME};
+use crate::managers::{DefaultManager, ResourceManagerFactory, DEFAULT_MANAGER_NAME};
 
 /// The environment variable naming the manager every new context uses: a built-in name
 /// (`default`, …) or the path of a `.wasm` plugin.
@@ -128,6 +128,9 @@ fn registry() -> &'static RwLock<Registry> {
     REGISTRY.get_or_init(|| {
         let mut builtins = BTreeMap::new();
         builtins.insert(DEFAULT_MANAGER_NAME.to_string(), DefaultManager::factory());
+        for f in ResourceManagerFactory::builtins() {
+            builtins.insert(f.name().to_string(), f);
+        }
         RwLock::new(Registry {
             requested: None,
             builtins,

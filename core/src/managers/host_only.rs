@@ -75,6 +75,8 @@ pub struct HostOnlyManager<R: DeviceMemoryResource, D: Driver + ?Sized = dyn Dri
     device_sink: Arc<dyn DeallocSink>,
     on_reset: Option<ResetHook>,
     on_defer_cleanup: Option<DeferHook>,
+    /// Why the device memory cannot be exported over IPC, when it cannot.
+    no_ipc: Option<&'static str>,
 }
 
 impl<R: DeviceMemoryResource + 'static, D: Driver + ?Sized> HostOnlyManager<R, D> {
@@ -105,6 +107,7 @@ impl<R: DeviceMemoryResource + 'static, D: Driver + ?Sized> HostOnlyManager<R, D
             device_sink,
             on_reset: None,
             on_defer_cleanup: None,
+            no_ipc: None,
         }
     }
 
@@ -124,6 +127,14 @@ impl<R: DeviceMemoryResource + 'static, D: Driver + ?Sized> HostOnlyManager<R, D
         hook: impl Fn() -> DeferCleanupGuard + Send + Sync + 'static,
     ) -> Self {
         self.on_defer_cleanup = Some(Box::new(hook));
+        self
+    }
+
+    /// Declares that the resource's memory cannot be exported with `cuIpcGetMemHandle`
+    /// (`why` says what to use instead): `get_ipc_handle` then says
+    /// [`EmmError::Unsupported`] and `capabilities().ipc` is false.
+    pub fn without_ipc(mut self, why: &'static str) -> Self {
+        self.no_ipc = Some(why);
         self
     }
 
@@ -251,6 +262,9 @@ impl<R: DeviceMemoryResource + 'static, D: Driver + ?Sized> MemoryManager
     }
 
     fn get_ipc_handle(&self, memory: &MemoryPointer) -> EmmResult<IpcHandle> {
+        if let Some(why) = self.no_ipc {
+            return Err(EmmError::unsupported(Self::TAG, "get_ipc_handle", why));
+        }
         self.host.get_ipc_handle(memory)
     }
 
@@ -279,6 +293,7 @@ impl<R: DeviceMemoryResource + 'static, D: Driver + ?Sized> MemoryManager
             .with_stream_ordered(true)
             .with_managed_memory(true)
             .with_memory_info(self.device.resource.memory_info().is_some())
+            .with_ipc(self.no_ipc.is_none())
     }
 
     fn memalloc_async(&self, size: usize, stream: StreamId) -> EmmResult<MemoryPointer> {

@@ -4,14 +4,18 @@
 //!   deferred, batched deallocation. Registered as `default`.
 //! - [`host_only`]: [`HostOnlyManager`], the host side of the contract over any
 //!   [`crate::mr::DeviceMemoryResource`]: how a resource chain becomes a plugin.
+//! - [`resource_manager`]: [`ResourceManagerFactory`], `HostOnlyManager` over a named resource
+//!   chain: the built-in `pool`, `arena`, `binning`, `async` and `managed` managers.
 //! - `host_side`: the host-memory half both share (pinning, mapped and managed memory).
 
 pub mod default;
 pub mod host_only;
 mod host_side;
+pub mod resource_manager;
 
 pub use default::{DefaultManager, DEFAULT_MANAGER_NAME};
 pub use host_only::HostOnlyManager;
+pub use resource_manager::ResourceManagerFactory;
 
 #[cfg(test)]
 mod mock_tests;

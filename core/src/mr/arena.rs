@@ -189,6 +189,30 @@ impl<Up: DeviceMemoryResource> std::fmt::Debug for ArenaResource<Up> {
     }
 }
 
+impl<Up: DeviceMemoryResource> ArenaResource<Up> {
+    /// Out of memory: arenas may hold free superblocks the request needs; give them back to
+    /// the global arena (and its free chunks to the upstream) and try once more.
+    #[cold]
+    #[inline(never)]
+    fn allocate_after_release(
+        &self,
+        bytes: usize,
+        stream: StreamId,
+        e: MrError,
+    ) -> MrResult<DevicePtr> {
+        if self.release().unwrap_or(0) == 0 {
+            return Err(e);
+        }
+        let b = bytes as u64;
+        if b > self.small_max {
+            return self.global.allocate(bytes, stream);
+        }
+        let size = round_to_granule(b).unwrap_or(b);
+        let mut a = self.lock(self.my_arena());
+        self.allocate_slow(&mut a, size, b, stream)
+    }
+}
+
 impl<Up: DeviceMemoryResource> DeviceMemoryResource for ArenaResource<Up> {
     fn name(&self) -> &'static str {
         NAME
@@ -204,18 +228,25 @@ impl<Up: DeviceMemoryResource> DeviceMemoryResource for ArenaResource<Up> {
             return Ok(DevicePtr::NULL);
         }
         let b = bytes as u64;
-        if b > self.small_max {
-            return self.global.allocate(bytes, stream);
-        }
-        let size = round_to_granule(b).unwrap_or(b);
-        let mut a = self.lock(self.my_arena());
-        // Budget: the pool's fast path on an uncontended per-thread lock.
-        if let Some(slot) = a.heap.slot_of(stream) {
-            if let Some(p) = a.heap.allocate(slot, size, b) {
+        let r = if b > self.small_max {
+            self.global.allocate(bytes, stream)
+        } else {
+            let size = round_to_granule(b).unwrap_or(b);
+            let mut a = self.lock(self.my_arena());
+            // Budget: the pool's fast path on an uncontended per-thread lock.
+            if let Some(p) = a
+                .heap
+                .slot_of(stream)
+                .and_then(|slot| a.heap.allocate(slot, size, b))
+            {
                 return Ok(DevicePtr(p));
             }
+            self.allocate_slow(&mut a, size, b, stream)
+        };
+        match r {
+            Err(e) if e.is_out_of_memory() => self.allocate_after_release(bytes, stream, e),
+            r => r,
         }
-        self.allocate_slow(&mut a, size, b, stream)
     }
 
     /// # Time complexity
@@ -247,6 +278,36 @@ impl<Up: DeviceMemoryResource> DeviceMemoryResource for ArenaResource<Up> {
 
     fn memory_info(&self) -> Option<MemInfo> {
         self.global.memory_info()
+    }
+
+    /// Gives every arena's wholly free superblocks back to the global arena, then the global
+    /// arena's free chunks to the upstream.
+    fn release(&self) -> MrResult<u64> {
+        let mut first_err = None;
+        let driver = self.global.driver();
+        for k in 0..self.arenas.len() {
+            let mut a = self.lock(k);
+            if a.heap.slots_with_free_blocks() > 1 {
+                // Coalesce frees made on several streams, once they are all complete.
+                let _scope = CallerScope::enter(NAME);
+                driver.context_synchronize()?;
+                let slot = a.heap.slot(StreamId::DEFAULT);
+                a.heap.unify(slot);
+            }
+            let free = a.heap.take_free_chunks(0);
+            drop(a);
+            for (chunk, stream) in free {
+                // Superblock sizes came from `usize` requests, so they fit.
+                if let Err(e) =
+                    self.global
+                        .deallocate(DevicePtr(chunk.base), chunk.size as usize, stream)
+                {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        let released = self.global.release()?;
+        first_err.map_or(Ok(released), Err)
     }
 
     fn driver(&self) -> &dyn Driver {

@@ -115,6 +115,27 @@ impl<Up: DeviceMemoryResource> std::fmt::Debug for BinningResource<Up> {
     }
 }
 
+impl<Up: DeviceMemoryResource> BinningResource<Up> {
+    /// Out of memory: empty bins may hold chunks the request needs; give them back and try
+    /// once more.
+    #[cold]
+    #[inline(never)]
+    fn allocate_after_release(
+        &self,
+        bytes: usize,
+        stream: StreamId,
+        e: MrError,
+    ) -> MrResult<DevicePtr> {
+        if self.release().unwrap_or(0) == 0 {
+            return Err(e);
+        }
+        match self.bin_for(bytes as u64) {
+            Some(bin) => bin.allocate(bytes, stream),
+            None => self.upstream.allocate(bytes, stream),
+        }
+    }
+}
+
 impl<Up: DeviceMemoryResource> DeviceMemoryResource for BinningResource<Up> {
     fn name(&self) -> &'static str {
         NAME
@@ -128,9 +149,13 @@ impl<Up: DeviceMemoryResource> DeviceMemoryResource for BinningResource<Up> {
         if bytes == 0 {
             return Ok(DevicePtr::NULL);
         }
-        match self.bin_for(bytes as u64) {
+        let r = match self.bin_for(bytes as u64) {
             Some(bin) => bin.allocate(bytes, stream),
             None => self.upstream.allocate(bytes, stream),
+        };
+        match r {
+            Err(e) if e.is_out_of_memory() => self.allocate_after_release(bytes, stream, e),
+            r => r,
         }
     }
 
@@ -150,6 +175,16 @@ impl<Up: DeviceMemoryResource> DeviceMemoryResource for BinningResource<Up> {
 
     fn memory_info(&self) -> Option<crate::driver::MemInfo> {
         self.upstream.memory_info()
+    }
+
+    /// Releases every bin's chunks when the bin has no live block, then the upstream's free
+    /// memory.
+    fn release(&self) -> MrResult<u64> {
+        let mut released = 0;
+        for bin in self.bins.iter() {
+            released += bin.release()?;
+        }
+        Ok(released + self.upstream.release()?)
     }
 
     fn driver(&self) -> &dyn Driver {

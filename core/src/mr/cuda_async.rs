@@ -162,6 +162,16 @@ impl<D: Driver> DeviceMemoryResource for AsyncResource<D> {
         })
     }
 
+    /// Waits for the device (so that stream-ordered frees are complete), then trims the driver
+    /// pool to nothing; returns the bytes the pool gave back.
+    fn release(&self) -> MrResult<u64> {
+        let before = self.usage()?.reserved;
+        let _scope = CallerScope::enter(NAME);
+        self.driver.context_synchronize()?;
+        self.trim_to(0)?;
+        Ok(before.saturating_sub(self.usage()?.reserved))
+    }
+
     fn driver(&self) -> &dyn Driver {
         &*self.driver
     }

@@ -266,6 +266,36 @@ impl<Up: DeviceMemoryResource> DeviceMemoryResource for FixedSizeResource<Up> {
         Ok(())
     }
 
+    /// Gives every chunk back when no block is live (blocks are not tracked per chunk, so a
+    /// single live block keeps them all).
+    ///
+    /// # Time complexity
+    ///
+    /// O(chunks + free blocks), plus a context synchronize when there is something to give back.
+    fn release(&self) -> MrResult<u64> {
+        let mut st = self.lock();
+        if !st.live.is_empty() || st.chunks.is_empty() {
+            return Ok(0);
+        }
+        let _scope = CallerScope::enter(NAME);
+        // Free blocks were last used on streams the default stream may not follow.
+        self.upstream.driver().context_synchronize()?;
+        let mut released = 0;
+        let mut first_err = None;
+        for (base, size) in st.chunks.drain(..) {
+            released += size;
+            // Chunk sizes came from `usize` requests, so they fit.
+            if let Err(e) =
+                self.upstream
+                    .deallocate(DevicePtr(base), size as usize, StreamId::DEFAULT)
+            {
+                first_err.get_or_insert(e);
+            }
+        }
+        st.free.clear();
+        first_err.map_or(Ok(released), Err)
+    }
+
     fn driver(&self) -> &dyn Driver {
         self.upstream.driver()
     }

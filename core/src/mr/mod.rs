@@ -35,6 +35,7 @@ pub(crate) mod detail;
 pub mod fixed_size;
 pub mod local;
 pub mod managed;
+pub mod named;
 pub mod pinned_host;
 pub mod pool;
 pub mod pool_options;
@@ -196,6 +197,17 @@ pub trait DeviceMemoryResource: Send + Sync {
         None
     }
 
+    /// Gives memory the resource holds but has not handed out back to its upstream (pools,
+    /// arenas, bins; adaptors pass it on); returns the bytes given back. Resources that hold
+    /// nothing keep this default. A manager's `reset` calls it.
+    ///
+    /// # Errors
+    ///
+    /// The first upstream error.
+    fn release(&self) -> MrResult<u64> {
+        Ok(0)
+    }
+
     /// The driver this resource's memory ultimately comes from.
     fn driver(&self) -> &dyn Driver;
 }
@@ -287,6 +299,9 @@ impl<R: DeviceMemoryResource + ?Sized> DeviceMemoryResource for Arc<R> {
     }
     fn memory_info(&self) -> Option<MemInfo> {
         (**self).memory_info()
+    }
+    fn release(&self) -> MrResult<u64> {
+        (**self).release()
     }
     fn driver(&self) -> &dyn Driver {
         (**self).driver()

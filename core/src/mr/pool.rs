@@ -146,6 +146,7 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
     }
 
     /// Gives every fully free upstream chunk back to the upstream and returns the bytes given.
+    /// Blocks freed on several streams are coalesced first, after a context synchronize.
     ///
     /// # Errors
     ///
@@ -153,10 +154,24 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
     ///
     /// # Time complexity
     ///
-    /// O(chunks) plus one upstream call per chunk given back.
+    /// O(chunks + free blocks) plus one upstream call per chunk given back, and a context
+    /// synchronize when free blocks sit on more than one stream.
     pub fn release(&self) -> MrResult<u64> {
         let mut st = self.lock();
-        self.release_free_chunks(&mut st)
+        self.release_all_free(&mut st)
+    }
+
+    /// Gives back every wholly free chunk, also those whose blocks were freed on several
+    /// streams: when free blocks sit in more than one stream's lists, waits for the device so
+    /// that every stream's frees are complete, and coalesces them all on the default stream.
+    fn release_all_free(&self, st: &mut PoolState) -> MrResult<u64> {
+        if st.heap.slots_with_free_blocks() > 1 {
+            let _scope = CallerScope::enter(NAME);
+            self.upstream.driver().context_synchronize()?;
+            let slot = st.heap.slot(StreamId::DEFAULT);
+            st.heap.unify(slot);
+        }
+        self.release_free_chunks(st)
     }
 
     fn release_free_chunks(&self, st: &mut PoolState) -> MrResult<u64> {
@@ -259,8 +274,9 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
         let got = match self.upstream_allocate(chunk, stream) {
             Ok(p) => Ok(p),
             Err(e) if e.is_out_of_memory() => {
-                // Give back what is wholly free and try once more with exactly the request.
-                let _ = self.release_free_chunks(st);
+                // Give back what is wholly free, on any stream, and try once more with exactly
+                // the request.
+                let _ = self.release_all_free(st);
                 chunk = size;
                 self.upstream_allocate(chunk, stream).map_err(|e| match e {
                     MrError::OutOfMemory { available, .. } => oom(available),
@@ -373,6 +389,10 @@ impl<Up: DeviceMemoryResource> DeviceMemoryResource for PoolResource<Up> {
             free: (free + beyond).min(total),
             total,
         })
+    }
+
+    fn release(&self) -> MrResult<u64> {
+        PoolResource::release(self)
     }
 
     fn driver(&self) -> &dyn Driver {

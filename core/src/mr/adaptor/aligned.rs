@@ -249,6 +249,10 @@ impl<Up: DeviceMemoryResource> DeviceMemoryResource for AlignedAdaptor<Up> {
         self.upstream.memory_info()
     }
 
+    fn release(&self) -> MrResult<u64> {
+        self.upstream.release()
+    }
+
     fn driver(&self) -> &dyn Driver {
         self.upstream.driver()
     }

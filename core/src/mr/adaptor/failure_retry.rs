@@ -160,6 +160,10 @@ where
         self.upstream.memory_info()
     }
 
+    fn release(&self) -> MrResult<u64> {
+        self.upstream.release()
+    }
+
     fn driver(&self) -> &dyn Driver {
         self.upstream.driver()
     }

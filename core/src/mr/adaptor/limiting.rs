@@ -184,6 +184,10 @@ impl<Up: DeviceMemoryResource> DeviceMemoryResource for LimitingAdaptor<Up> {
         })
     }
 
+    fn release(&self) -> MrResult<u64> {
+        self.upstream.release()
+    }
+
     fn driver(&self) -> &dyn Driver {
         self.upstream.driver()
     }

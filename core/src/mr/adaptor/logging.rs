@@ -276,6 +276,10 @@ impl<Up: DeviceMemoryResource, W: Write + Send> DeviceMemoryResource for Logging
         self.upstream.memory_info()
     }
 
+    fn release(&self) -> MrResult<u64> {
+        self.upstream.release()
+    }
+
     fn driver(&self) -> &dyn Driver {
         self.upstream.driver()
     }

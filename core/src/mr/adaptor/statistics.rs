@@ -257,6 +257,10 @@ impl<Up: DeviceMemoryResource> DeviceMemoryResource for StatisticsAdaptor<Up> {
         self.upstream.memory_info()
     }
 
+    fn release(&self) -> MrResult<u64> {
+        self.upstream.release()
+    }
+
     fn driver(&self) -> &dyn Driver {
         self.upstream.driver()
     }

@@ -325,6 +325,10 @@ impl<Up: DeviceMemoryResource> DeviceMemoryResource for TrackingAdaptor<Up> {
         self.upstream.memory_info()
     }
 
+    fn release(&self) -> MrResult<u64> {
+        self.upstream.release()
+    }
+
     fn driver(&self) -> &dyn Driver {
         self.upstream.driver()
     }

@@ -44,6 +44,12 @@ impl AddrMap {
         self.len
     }
 
+    /// Whether the map has no entry.
+    #[inline]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
     #[inline]
     fn slot(&self, key: u64) -> usize {
         // Fibonacci hashing: the low 8 bits of a 256-aligned address carry nothing.

@@ -221,6 +221,28 @@ impl CoalescingHeap {
         }
     }
 
+    /// Moves every other slot's free blocks into `to`, coalescing across streams. The caller
+    /// must first have ordered `to`'s stream after every other (a context synchronize).
+    ///
+    /// # Time complexity
+    ///
+    /// O(free blocks).
+    pub(crate) fn unify(&mut self, to: usize) {
+        for from in 0..self.lists.len() {
+            if from != to && self.lists[from].index.free_blocks() > 0 {
+                self.adopt(to, from);
+            }
+        }
+    }
+
+    /// How many streams' lists hold a free block.
+    pub(crate) fn slots_with_free_blocks(&self) -> usize {
+        self.lists
+            .iter()
+            .filter(|l| l.index.free_blocks() > 0)
+            .count()
+    }
+
     /// Adds an upstream chunk as one free block in `slot`'s lists.
     ///
     /// # Time complexity

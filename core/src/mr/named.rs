@@ -1,0 +1,74 @@
+//! The resource chains emm names: one place that turns `pool` or `arena` into a chain, shared
+//! by the built-in managers (`EMM_MEMORY_MANAGER=pool`), `emm bench`, `emm replay` and
+//! `reinitialize`.
+
+use std::sync::Arc;
+
+use crate::driver::Driver;
+use crate::mr::{
+    ArenaResource, AsyncResource, BinningResource, CudaResource, DeviceMemoryResource,
+    ManagedResource, MrError, MrResult, PoolResource,
+};
+
+/// Smallest and largest bin of `binning`, as powers of two: 256 B to 1 MiB in bins, larger
+/// requests to the pool.
+pub const BINNING_RANGE: (u32, u32) = (8, 20);
+
+/// Every named chain with what it is, in the order `emm list` shows them.
+pub const NAMED_RESOURCES: &[(&str, &str)] = &[
+    (
+        "pool",
+        "PoolResource over CudaResource: coalescing TLSF pool, no preallocation",
+    ),
+    (
+        "arena",
+        "ArenaResource over CudaResource: per-thread arenas over a global pool",
+    ),
+    (
+        "binning",
+        "BinningResource (bins 256 B to 1 MiB) over PoolResource over CudaResource",
+    ),
+    (
+        "async",
+        "AsyncResource: the driver's stream-ordered pool (cuMemAllocAsync)",
+    ),
+    ("managed", "ManagedResource: cuMemAllocManaged per request"),
+    ("cuda", "CudaResource: cuMemAlloc / cuMemFree per request"),
+];
+
+type Shared = Arc<dyn Driver>;
+
+/// Builds the chain named `name` on `driver`, for the calling thread's current context.
+///
+/// # Errors
+///
+/// [`MrError::InvalidArgument`] for an unknown name (the message lists the known ones); the
+/// resources' own errors (e.g. creating the driver pool of `async`).
+pub fn build(name: &str, driver: Shared) -> MrResult<Arc<dyn DeviceMemoryResource>> {
+    let cuda = || CudaResource::<Shared>::new(Arc::clone(&driver));
+    Ok(match name {
+        "pool" => Arc::new(PoolResource::new(cuda())),
+        "arena" => Arc::new(ArenaResource::new(cuda())),
+        "binning" => Arc::new(BinningResource::with_range(
+            PoolResource::new(cuda()),
+            BINNING_RANGE.0,
+            BINNING_RANGE.1,
+        )?),
+        "async" => Arc::new(AsyncResource::<Shared>::new(Arc::clone(&driver))?),
+        "managed" => Arc::new(ManagedResource::<Shared>::new(Arc::clone(&driver))),
+        "cuda" => Arc::new(cuda()),
+        other => {
+            return Err(MrError::InvalidArgument {
+                resource: "named resource",
+                reason: format!(
+                    "no resource named {other:?}; known: {}",
+                    NAMED_RESOURCES
+                        .iter()
+                        .map(|(n, _)| *n)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            })
+        }
+    })
+}
