@@ -52,7 +52,9 @@ impl PluginResource {
             },
             Err(fault) => fault,
         };
-        Err(SandboxError::Quarantined(self.quarantine(&mut inner, fault, call)))
+        Err(SandboxError::Quarantined(
+            self.quarantine(&mut inner, fault, call),
+        ))
     }
 
     /// Asks the plugin to return every chunk that holds nothing live and forget its caches

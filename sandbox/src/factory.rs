@@ -5,7 +5,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use emm_core::contract::selection::{set_plugin_loader, PluginLoader};
-use emm_core::contract::{EmmResult, ManagerFactory, ManagerTarget, MemoryManager, INTERFACE_VERSION};
+use emm_core::contract::{
+    EmmResult, ManagerFactory, ManagerTarget, MemoryManager, INTERFACE_VERSION,
+};
 use emm_core::mr::{CudaResource, DeviceMemoryResource};
 use emm_core::Driver;
 
@@ -41,8 +43,14 @@ impl PluginFactory {
     /// # Errors
     ///
     /// As [`PluginModule::from_file`].
-    pub fn from_file(path: &Path, limits: PluginLimits, config: Vec<u8>) -> Result<Self, SandboxError> {
-        Ok(PluginFactory::new(Arc::new(PluginModule::from_file(path, limits, config)?)))
+    pub fn from_file(
+        path: &Path,
+        limits: PluginLimits,
+        config: Vec<u8>,
+    ) -> Result<Self, SandboxError> {
+        Ok(PluginFactory::new(Arc::new(PluginModule::from_file(
+            path, limits, config,
+        )?)))
     }
 
     /// Serve requests from the driver (`cuMemAlloc`) once a plugin is quarantined for good,
@@ -93,7 +101,9 @@ impl ManagerFactory for PluginFactory {
 /// it once [`install_loader`] (or `set_plugin_loader(loader(..))`) has run.
 pub fn loader(limits: PluginLimits) -> Arc<PluginLoader> {
     Arc::new(move |path: &Path| {
-        let config = std::env::var(CONFIG_ENV_VAR).unwrap_or_default().into_bytes();
+        let config = std::env::var(CONFIG_ENV_VAR)
+            .unwrap_or_default()
+            .into_bytes();
         let factory = PluginFactory::from_file(path, limits.clone(), config)?;
         Ok(Arc::new(factory) as Arc<dyn ManagerFactory>)
     })

@@ -100,9 +100,14 @@ impl HostState {
             return Ok(STATUS_OUT_OF_MEMORY);
         }
         let _scope = CallerScope::enter(PLUGIN_CALLER);
-        match self.upstream.allocate_aligned(bytes, align, StreamId::DEFAULT) {
+        match self
+            .upstream
+            .allocate_aligned(bytes, align, StreamId::DEFAULT)
+        {
             Ok(ptr) => match self.registry.add_chunk(ptr, size) {
-                Ok(handle) => i32::try_from(handle).map_err(|_| self.breach(crate::fault::host_bug!())),
+                Ok(handle) => {
+                    i32::try_from(handle).map_err(|_| self.breach(crate::fault::host_bug!()))
+                }
                 Err(rule) => {
                     // The chunk cannot be named: give it back before trapping.
                     let _ = self.upstream.deallocate(ptr, bytes, StreamId::DEFAULT);
@@ -137,7 +142,10 @@ impl HostState {
             Ok(chunk) => {
                 let _scope = CallerScope::enter(PLUGIN_CALLER);
                 let bytes = usize::try_from(chunk.size).unwrap_or(usize::MAX);
-                if let Err(e) = self.upstream.deallocate(chunk.base, bytes, StreamId::DEFAULT) {
+                if let Err(e) = self
+                    .upstream
+                    .deallocate(chunk.base, bytes, StreamId::DEFAULT)
+                {
                     self.upstream_error = Some(e);
                 }
                 Ok(STATUS_OK)
@@ -189,9 +197,12 @@ fn read_guest(caller: &mut Caller<'_, HostState>, ptr: i32, len: i32) -> Result<
     };
     let len = len.min(MAX_LOG_BYTES);
     let end = start.checked_add(len).ok_or("the range overflows")?;
-    data.get(start..end)
-        .map(<[u8]>::to_vec)
-        .ok_or_else(|| format!("{start}..{end} is outside the guest's {}", Bytes(data.len() as u64)))
+    data.get(start..end).map(<[u8]>::to_vec).ok_or_else(|| {
+        format!(
+            "{start}..{end} is outside the guest's {}",
+            Bytes(data.len() as u64)
+        )
+    })
 }
 
 /// A linker with the host functions of ABI v1.
@@ -212,18 +223,20 @@ pub(crate) fn linker(engine: &wasmtime::Engine) -> wasmtime::Result<Linker<HostS
     linker.func_wrap(
         IMPORT_MODULE,
         IMPORT_LOG,
-        |mut caller: Caller<'_, HostState>, level: i32, ptr: i32, len: i32| {
-            match read_guest(&mut caller, ptr, len) {
-                Ok(bytes) => {
-                    let message = String::from_utf8_lossy(&bytes).into_owned();
-                    caller.data_mut().push_log(level, message);
-                    Ok(())
-                }
-                Err(detail) => Err(caller.data_mut().breach(PluginFault::BadAnswer {
-                    rule: Rule::BadGuestPointer,
-                    detail: format!("log({level}, {ptr}, {len}): {detail}"),
-                })),
+        |mut caller: Caller<'_, HostState>, level: i32, ptr: i32, len: i32| match read_guest(
+            &mut caller,
+            ptr,
+            len,
+        ) {
+            Ok(bytes) => {
+                let message = String::from_utf8_lossy(&bytes).into_owned();
+                caller.data_mut().push_log(level, message);
+                Ok(())
             }
+            Err(detail) => Err(caller.data_mut().breach(PluginFault::BadAnswer {
+                rule: Rule::BadGuestPointer,
+                detail: format!("log({level}, {ptr}, {len}): {detail}"),
+            })),
         },
     )?;
     Ok(linker)

@@ -88,7 +88,13 @@ impl PluginInstance {
 
     /// `emm_free(chunk, offset, size, stream)`: the status.
     #[inline]
-    pub fn free(&mut self, chunk: i32, offset: i64, size: i64, stream: i64) -> Result<i32, PluginFault> {
+    pub fn free(
+        &mut self,
+        chunk: i32,
+        offset: i64,
+        size: i64,
+        stream: i64,
+    ) -> Result<i32, PluginFault> {
         self.arm()?;
         self.exports
             .free

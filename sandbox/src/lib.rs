@@ -11,10 +11,11 @@
 //! - [`limits`]: [`PluginLimits`], fuel, deadline, memory cap, stack, module size, restarts.
 //! - [`fault`]: [`PluginFault`], [`Rule`] and [`Breach`], why a plugin was quarantined.
 //! - [`error`]: [`SandboxError`], why a plugin could not be loaded or started.
-//! - [`module`]: [`PluginModule`], a compiled plugin checked against the ABI.
+//! - [`module`]: [`PluginModule`], a compiled plugin checked against the ABI; `exports`: the
+//!   checks of its imports and exports.
 //! - [`resource`]: [`PluginResource`], a plugin as a `DeviceMemoryResource`.
 //! - `control`: its reset, trim, defer-cleanup scopes, statistics, breaches and logs.
-//! - [`stats`]: [`PluginStats`].
+//! - [`stats`]: [`PluginStats`], the host's snapshot of a plugin.
 //! - [`manager`]: [`PluginManager`], a plugin as a `MemoryManager`.
 //! - [`factory`]: [`PluginFactory`] and the `EMM_MEMORY_MANAGER` loader ([`install_loader`]).
 //! - [`host`]: the host functions a guest imports, [`LogLine`].
@@ -28,6 +29,7 @@
 pub mod abi;
 mod control;
 pub mod error;
+mod exports;
 pub mod factory;
 pub mod fault;
 pub mod host;

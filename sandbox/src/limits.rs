@@ -231,9 +231,15 @@ mod tests {
             .deadline(Some(Duration::from_millis(11)))
             .epoch_tick(Duration::from_millis(5));
         assert_eq!(l.deadline_ticks(), Some(4));
-        assert_eq!(PluginLimits::default().deadline(None).deadline_ticks(), None);
+        assert_eq!(
+            PluginLimits::default().deadline(None).deadline_ticks(),
+            None
+        );
         assert!(PluginLimits::default().validate().is_ok());
-        let bad = PluginLimits::default().memory_cap(10).validate().unwrap_err();
+        let bad = PluginLimits::default()
+            .memory_cap(10)
+            .validate()
+            .unwrap_err();
         assert!(bad.contains("memory_cap"), "{bad}");
     }
 }

@@ -97,11 +97,23 @@ impl MemoryManager for PluginManager {
         self.inner.memalloc(size)
     }
 
-    fn memhostalloc(&self, size: usize, mapped: bool, portable: bool, wc: bool) -> EmmResult<HostMemory> {
+    fn memhostalloc(
+        &self,
+        size: usize,
+        mapped: bool,
+        portable: bool,
+        wc: bool,
+    ) -> EmmResult<HostMemory> {
         self.inner.memhostalloc(size, mapped, portable, wc)
     }
 
-    fn mempin(&self, owner: Option<PinOwner>, ptr: HostPtr, size: usize, mapped: bool) -> EmmResult<HostMemory> {
+    fn mempin(
+        &self,
+        owner: Option<PinOwner>,
+        ptr: HostPtr,
+        size: usize,
+        mapped: bool,
+    ) -> EmmResult<HostMemory> {
         self.inner.mempin(owner, ptr, size, mapped)
     }
 

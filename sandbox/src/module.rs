@@ -7,59 +7,19 @@ use std::sync::Arc;
 
 use emm_core::mr::DeviceMemoryResource;
 use wasmtime::{
-    Config, Engine, ExternType, FuncType, InstanceAllocationStrategy, InstancePre, Module,
-    PoolingAllocationConfig, Store, TypedFunc, ValType,
+    Config, Engine, InstanceAllocationStrategy, InstancePre, Module, PoolingAllocationConfig,
+    Store, TypedFunc,
 };
 
 use crate::abi;
 use crate::error::SandboxError;
+use crate::exports::{check_exports, check_imports};
 use crate::fault::{Breach, PluginFault};
 use crate::host::{linker, HostState};
 use crate::instance::{Exports, PluginInstance};
 use crate::limits::PluginLimits;
 use crate::registry::Registry;
 use crate::ticker::Ticker;
-
-/// An export of ABI v1: name, parameters, results, and whether a plugin must have it.
-struct ExportSpec {
-    name: &'static str,
-    params: &'static [ValType],
-    results: &'static [ValType],
-    signature: &'static str,
-    required: bool,
-}
-
-const I32: ValType = ValType::I32;
-const I64: ValType = ValType::I64;
-
-const EXPORTS: [ExportSpec; 10] = [
-    spec(abi::EXPORT_ABI_VERSION, &[], &[I32], "() -> i32", true),
-    spec(abi::EXPORT_BUFFER, &[I32], &[I32], "(i32) -> i32", true),
-    spec(abi::EXPORT_INIT, &[I32, I32], &[I32], "(i32, i32) -> i32", true),
-    spec(abi::EXPORT_ALLOC, &[I64, I64, I64], &[I64], "(i64, i64, i64) -> i64", true),
-    spec(abi::EXPORT_FREE, &[I32, I64, I64, I64], &[I32], "(i32, i64, i64, i64) -> i32", true),
-    spec(abi::EXPORT_RESET, &[], &[I32], "() -> i32", false),
-    spec(abi::EXPORT_TRIM, &[I64], &[I32], "(i64) -> i32", false),
-    spec(abi::EXPORT_STATS, &[], &[I32], "() -> i32", false),
-    spec(abi::EXPORT_DEFER_ENTER, &[], &[], "() -> ()", false),
-    spec(abi::EXPORT_DEFER_EXIT, &[], &[I32], "() -> i32", false),
-];
-
-const fn spec(
-    name: &'static str,
-    params: &'static [ValType],
-    results: &'static [ValType],
-    signature: &'static str,
-    required: bool,
-) -> ExportSpec {
-    ExportSpec {
-        name,
-        params,
-        results,
-        signature,
-        required,
-    }
-}
 
 /// A compiled, checked plugin. Cheap to share (`Arc`); each [`PluginModule::instantiate`]
 /// gives an independent instance.
@@ -94,9 +54,10 @@ impl PluginModule {
         limits: PluginLimits,
         config: Vec<u8>,
     ) -> Result<PluginModule, SandboxError> {
-        let name = path
-            .file_stem()
-            .map_or_else(|| path.display().to_string(), |s| s.to_string_lossy().into_owned());
+        let name = path.file_stem().map_or_else(
+            || path.display().to_string(),
+            |s| s.to_string_lossy().into_owned(),
+        );
         let io = |e: std::io::Error| SandboxError::Io {
             path: path.display().to_string(),
             reason: e.to_string(),
@@ -218,10 +179,13 @@ impl PluginModule {
     ///
     /// [`SandboxError::Compile`] when wasmtime cannot serialize it.
     pub fn precompiled(&self) -> Result<Vec<u8>, SandboxError> {
-        self.pre.module().serialize().map_err(|e| SandboxError::Compile {
-            plugin: self.name.clone(),
-            reason: format!("{e}"),
-        })
+        self.pre
+            .module()
+            .serialize()
+            .map_err(|e| SandboxError::Compile {
+                plugin: self.name.clone(),
+                reason: format!("{e}"),
+            })
     }
 
     /// Loads a module from [`PluginModule::precompiled`] bytes.
@@ -244,22 +208,23 @@ impl PluginModule {
         config: Vec<u8>,
     ) -> Result<PluginModule, SandboxError> {
         let plugin = name.to_string();
-        limits.validate().map_err(|reason| SandboxError::InvalidConfig {
-            plugin: plugin.clone(),
-            reason,
-        })?;
+        limits
+            .validate()
+            .map_err(|reason| SandboxError::InvalidConfig {
+                plugin: plugin.clone(),
+                reason,
+            })?;
         let engine = engine(&limits).map_err(|e| SandboxError::Instantiate {
             plugin: plugin.clone(),
             reason: format!("{e}"),
         })?;
         // SAFETY: the caller promises (item 1) the bytes are our own serialization; wasmtime
         // still checks the version and the engine's settings.
-        let module = unsafe { Module::deserialize(&engine, bytes) }.map_err(|e| {
-            SandboxError::Compile {
+        let module =
+            unsafe { Module::deserialize(&engine, bytes) }.map_err(|e| SandboxError::Compile {
                 plugin: plugin.clone(),
                 reason: format!("{e}"),
-            }
-        })?;
+            })?;
         PluginModule::checked(plugin, engine, &module, limits, config)
     }
 
@@ -275,7 +240,7 @@ impl PluginModule {
         &self,
         registry: Registry,
         upstream: Arc<dyn DeviceMemoryResource>,
-    ) -> Result<PluginInstance, (SandboxError, Registry)> {
+    ) -> Result<PluginInstance, Box<(SandboxError, Registry)>> {
         let state = HostState::new(
             registry,
             upstream,
@@ -299,16 +264,17 @@ impl PluginModule {
             Ok(exports) => Ok(PluginInstance::new(store, exports, fuel, ticks, ms)),
             Err(e) => {
                 let registry = std::mem::take(&mut store.data_mut().registry);
-                Err((e, registry))
+                Err(Box::new((e, registry)))
             }
         }
     }
 
     fn start(&self, store: &mut Store<HostState>) -> Result<Exports, SandboxError> {
         let plugin = &self.name;
-        let instance = self.pre.instantiate(&mut *store).map_err(|e| {
-            self.startup_error(store, "instantiation", &e)
-        })?;
+        let instance = self
+            .pre
+            .instantiate(&mut *store)
+            .map_err(|e| self.startup_error(store, "instantiation", &e))?;
         let missing = |name| SandboxError::MissingExport {
             plugin: plugin.clone(),
             name,
@@ -466,78 +432,4 @@ fn engine(limits: &PluginLimits) -> wasmtime::Result<Engine> {
         .max_memory_size(limits.get_memory_cap());
     config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     Engine::new(&config)
-}
-
-fn check_imports(plugin: &str, module: &Module) -> Result<(), SandboxError> {
-    for import in module.imports() {
-        let known = import.module() == abi::IMPORT_MODULE
-            && [
-                abi::IMPORT_UPSTREAM_ALLOC,
-                abi::IMPORT_UPSTREAM_FREE,
-                abi::IMPORT_LOG,
-            ]
-            .contains(&import.name());
-        if !known {
-            return Err(SandboxError::UnknownImport {
-                plugin: plugin.to_string(),
-                module: import.module().to_string(),
-                name: import.name().to_string(),
-            });
-        }
-    }
-    Ok(())
-}
-
-fn check_exports(plugin: &str, module: &Module) -> Result<(), SandboxError> {
-    if !matches!(module.get_export(abi::EXPORT_MEMORY), Some(ExternType::Memory(_))) {
-        return Err(SandboxError::MissingExport {
-            plugin: plugin.to_string(),
-            name: abi::EXPORT_MEMORY,
-            signature: "memory",
-        });
-    }
-    for spec in &EXPORTS {
-        match module.get_export(spec.name) {
-            None if !spec.required => {}
-            None => {
-                return Err(SandboxError::MissingExport {
-                    plugin: plugin.to_string(),
-                    name: spec.name,
-                    signature: spec.signature,
-                })
-            }
-            Some(ExternType::Func(f)) if matches_spec(&f, spec) => {}
-            Some(other) => {
-                return Err(SandboxError::WrongSignature {
-                    plugin: plugin.to_string(),
-                    name: spec.name,
-                    expected: spec.signature,
-                    found: describe(&other),
-                })
-            }
-        }
-    }
-    Ok(())
-}
-
-fn matches_spec(f: &FuncType, spec: &ExportSpec) -> bool {
-    let same = |a: &mut dyn ExactSizeIterator<Item = ValType>, b: &[ValType]| {
-        a.len() == b.len() && a.zip(b).all(|(x, y)| ValType::eq(&x, y))
-    };
-    same(&mut f.params(), spec.params) && same(&mut f.results(), spec.results)
-}
-
-fn describe(e: &ExternType) -> String {
-    match e {
-        ExternType::Func(f) => {
-            let list = |it: &mut dyn Iterator<Item = ValType>| {
-                it.map(|t| t.to_string()).collect::<Vec<_>>().join(", ")
-            };
-            format!("({}) -> {}", list(&mut f.params()), list(&mut f.results()))
-        }
-        ExternType::Global(_) => "a global".to_string(),
-        ExternType::Table(_) => "a table".to_string(),
-        ExternType::Memory(_) => "a memory".to_string(),
-        _ => "another kind of export".to_string(),
-    }
 }

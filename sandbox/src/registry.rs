@@ -93,14 +93,22 @@ impl Registry {
     ///
     /// One ordered-map lookup: O(log live).
     #[inline]
-    pub fn check_answer(&self, a: Answer, size: u64, align: u64) -> Result<DevicePtr, (Rule, String)> {
+    pub fn check_answer(
+        &self,
+        a: Answer,
+        size: u64,
+        align: u64,
+    ) -> Result<DevicePtr, (Rule, String)> {
         let Some(chunk) = self
             .chunk(a.chunk)
             .filter(|c| c.generation == self.generation)
         else {
             return Err((
                 Rule::ForeignChunk,
-                format!("the answer names chunk {}, which the plugin does not hold", a.chunk),
+                format!(
+                    "the answer names chunk {}, which the plugin does not hold",
+                    a.chunk
+                ),
             ));
         };
         let addr = chunk.base.0.checked_add(a.offset);
@@ -282,19 +290,40 @@ mod tests {
         let rule = |res: Result<DevicePtr, (Rule, String)>| res.unwrap_err().0;
         assert_eq!(rule(r.check_answer(a(0x180), 0x10, 128)), Rule::Overlap);
         assert_eq!(rule(r.check_answer(a(0x0), 0x101, 256)), Rule::Overlap);
-        assert!(r.check_answer(a(0x0), 0x100, 256).is_ok(), "adjacent is fine");
-        assert!(r.check_answer(a(0x200), 0x100, 256).is_ok(), "adjacent is fine");
+        assert!(
+            r.check_answer(a(0x0), 0x100, 256).is_ok(),
+            "adjacent is fine"
+        );
+        assert!(
+            r.check_answer(a(0x200), 0x100, 256).is_ok(),
+            "adjacent is fine"
+        );
         assert_eq!(rule(r.check_answer(a(0x210), 0x10, 256)), Rule::Misaligned);
-        assert_eq!(rule(r.check_answer(a(0xf00), 0x101, 256)), Rule::OutsideChunk);
+        assert_eq!(
+            rule(r.check_answer(a(0xf00), 0x101, 256)),
+            Rule::OutsideChunk
+        );
         assert_eq!(rule(r.check_answer(a(u64::MAX), 1, 1)), Rule::OutsideChunk);
-        let foreign = Answer { chunk: 9, offset: 0 };
+        let foreign = Answer {
+            chunk: 9,
+            offset: 0,
+        };
         assert_eq!(rule(r.check_answer(foreign, 1, 1)), Rule::ForeignChunk);
     }
 
     #[test]
     fn frees_need_the_exact_pointer_and_size_and_chunks_go_only_when_empty() {
         let (mut r, h) = reg();
-        let p = r.check_answer(Answer { chunk: h, offset: 0 }, 64, 256).unwrap();
+        let p = r
+            .check_answer(
+                Answer {
+                    chunk: h,
+                    offset: 0,
+                },
+                64,
+                256,
+            )
+            .unwrap();
         r.insert_live(p, 64, h);
         assert_eq!(r.release_chunk(h).unwrap_err().0, Rule::ChunkInUse);
         assert!(r.remove_live(p, 65).unwrap_err().contains("64 bytes"));
@@ -311,7 +340,16 @@ mod tests {
     #[test]
     fn orphans_leave_only_when_empty_and_are_foreign_to_the_new_generation() {
         let (mut r, h) = reg();
-        let p = r.check_answer(Answer { chunk: h, offset: 0 }, 64, 256).unwrap();
+        let p = r
+            .check_answer(
+                Answer {
+                    chunk: h,
+                    offset: 0,
+                },
+                64,
+                256,
+            )
+            .unwrap();
         r.insert_live(p, 64, h);
         let empty = r.add_chunk(DevicePtr(0x30_0000), 0x1000).unwrap();
         r.orphan_all();
@@ -319,8 +357,22 @@ mod tests {
         assert_eq!(taken.len(), 1);
         assert_eq!(taken[0].base, DevicePtr(0x30_0000));
         assert!(r.chunk(empty).is_none());
-        let rule = r.check_answer(Answer { chunk: h, offset: 0x100 }, 1, 1).unwrap_err().0;
-        assert_eq!(rule, Rule::ForeignChunk, "an orphan is no longer the plugin's");
+        let rule = r
+            .check_answer(
+                Answer {
+                    chunk: h,
+                    offset: 0x100,
+                },
+                1,
+                1,
+            )
+            .unwrap_err()
+            .0;
+        assert_eq!(
+            rule,
+            Rule::ForeignChunk,
+            "an orphan is no longer the plugin's"
+        );
         r.remove_live(p, 64).unwrap();
         assert_eq!(r.take_empty_orphans().len(), 1);
         assert_eq!(r.held_bytes, 0);

@@ -140,12 +140,16 @@ impl PluginResource {
     #[cold]
     fn launch(&self, inner: &mut Inner) -> Result<(), SandboxError> {
         let registry = std::mem::take(&mut inner.registry);
-        match self.module.instantiate(registry, Arc::clone(&self.upstream)) {
+        match self
+            .module
+            .instantiate(registry, Arc::clone(&self.upstream))
+        {
             Ok(instance) => {
                 inner.slot = Slot::Running(Box::new(instance));
                 Ok(())
             }
-            Err((e, registry)) => {
+            Err(failed) => {
+                let (e, registry) = *failed;
                 inner.registry = registry;
                 inner.slot = Slot::Down;
                 let breach = match &e {
@@ -336,15 +340,16 @@ impl PluginResource {
         }
         let size = bytes as u64;
         let mut inner = self.lock();
-        let live = inner
-            .registry()
-            .remove_live(ptr, size)
-            .map_err(|reason| MrError::InvalidFree {
-                resource: NAME,
-                ptr,
-                bytes: size,
-                reason,
-            })?;
+        let live =
+            inner
+                .registry()
+                .remove_live(ptr, size)
+                .map_err(|reason| MrError::InvalidFree {
+                    resource: NAME,
+                    ptr,
+                    bytes: size,
+                    reason,
+                })?;
         if live.origin == FALLBACK {
             drop(inner);
             return match &self.fallback {
@@ -354,7 +359,10 @@ impl PluginResource {
         }
         if let Slot::Running(instance) = &mut inner.slot {
             let reg = &instance.store.data_mut().registry;
-            if let Some(chunk) = reg.chunk(live.origin).filter(|c| c.generation == reg.generation) {
+            if let Some(chunk) = reg
+                .chunk(live.origin)
+                .filter(|c| c.generation == reg.generation)
+            {
                 let offset = ptr.0.wrapping_sub(chunk.base.0);
                 let chunk_id = live.origin as i32;
                 let status = instance.free(chunk_id, offset as i64, size as i64, stream.0 as i64);
@@ -409,7 +417,12 @@ impl DeviceMemoryResource for PluginResource {
         self.free(ptr, bytes, stream)
     }
 
-    fn allocate_aligned(&self, bytes: usize, alignment: usize, stream: StreamId) -> MrResult<DevicePtr> {
+    fn allocate_aligned(
+        &self,
+        bytes: usize,
+        alignment: usize,
+        stream: StreamId,
+    ) -> MrResult<DevicePtr> {
         if !alignment.is_power_of_two() {
             return Err(MrError::InvalidArgument {
                 resource: NAME,

@@ -27,7 +27,10 @@ fn allocations_are_aligned_disjoint_and_keep_their_contents() {
             if live.len() > 40 && rng.below(3) == 0 {
                 let j = rng.below(live.len() as u64) as usize;
                 let (p, seed) = live.swap_remove(j);
-                assert!(holds(&g, p.device_ptr(), p.size(), seed), "{name}: contents");
+                assert!(
+                    holds(&g, p.device_ptr(), p.size(), seed),
+                    "{name}: contents"
+                );
                 continue;
             }
             // Mostly small, sometimes above the slab classes and the chunk size.
@@ -49,20 +52,35 @@ fn allocations_are_aligned_disjoint_and_keep_their_contents() {
             .collect();
         spans.sort_unstable();
         for w in spans.windows(2) {
-            assert!(w[0].1 <= w[1].0, "{name}: {:#x?} overlaps {:#x?}", w[0], w[1]);
+            assert!(
+                w[0].1 <= w[1].0,
+                "{name}: {:#x?} overlaps {:#x?}",
+                w[0],
+                w[1]
+            );
         }
         for (p, seed) in &live {
-            assert!(holds(&g, p.device_ptr(), p.size(), *seed), "{name}: contents");
+            assert!(
+                holds(&g, p.device_ptr(), p.size(), *seed),
+                "{name}: contents"
+            );
         }
         let stats = m.resource().stats().unwrap();
         assert_eq!(stats.live, live.len(), "{name}");
         assert!(stats.guest.is_some(), "{name} reports its own counters");
         drop(live);
         m.take_device_failures().unwrap();
-        assert!(m.resource().breaches().is_empty(), "{name}: {:?}", m.resource().breaches());
+        assert!(
+            m.resource().breaches().is_empty(),
+            "{name}: {:?}",
+            m.resource().breaches()
+        );
         drop(m);
         let report = g.report();
-        assert!(report.is_clean(), "{name}: teardown leaves nothing: {report}");
+        assert!(
+            report.is_clean(),
+            "{name}: teardown leaves nothing: {report}"
+        );
     }
 }
 
@@ -87,7 +105,9 @@ fn out_of_memory_is_typed_and_the_same_request_succeeds_after_frees() {
         let e = m.memalloc(0).unwrap_err();
         assert!(matches!(e, EmmError::InvalidArgument { .. }), "{name}: {e}");
         held.pop();
-        let p = m.memalloc(24 * MIB as usize).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let p = m
+            .memalloc(24 * MIB as usize)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
         fill(&g, p.device_ptr(), 4096, 9);
         assert!(holds(&g, p.device_ptr(), 4096, 9));
         assert!(m.resource().breaches().is_empty(), "{name}");
@@ -108,7 +128,10 @@ fn reset_returns_empty_chunks_and_keeps_live_ones() {
         drop(others);
         m.reset().unwrap_or_else(|e| panic!("{name}: {e}"));
         let after = g.device_memory_used(DeviceId(0));
-        assert!(after < peak, "{name}: reset returned nothing ({after} of {peak})");
+        assert!(
+            after < peak,
+            "{name}: reset returned nothing ({after} of {peak})"
+        );
         assert!(after > 0, "{name}: the live allocation's chunk stays");
         assert!(holds(&g, keep.device_ptr(), 1000, 3), "{name}");
         drop(keep);
@@ -163,9 +186,18 @@ fn bad_frees_are_refused_and_the_plugin_stays_up() {
     let r = m.resource();
     let p = r.allocate(4096, StreamId::DEFAULT).unwrap();
     let invalid = |res: Result<(), MrError>| matches!(res, Err(MrError::InvalidFree { .. }));
-    assert!(invalid(r.deallocate(p, 4095, StreamId::DEFAULT)), "wrong size");
-    assert!(invalid(r.deallocate(p.offset(256), 4096, StreamId::DEFAULT)), "interior");
-    assert!(invalid(r.deallocate(DevicePtr(0xdead_0000), 16, StreamId::DEFAULT)), "foreign");
+    assert!(
+        invalid(r.deallocate(p, 4095, StreamId::DEFAULT)),
+        "wrong size"
+    );
+    assert!(
+        invalid(r.deallocate(p.offset(256), 4096, StreamId::DEFAULT)),
+        "interior"
+    );
+    assert!(
+        invalid(r.deallocate(DevicePtr(0xdead_0000), 16, StreamId::DEFAULT)),
+        "foreign"
+    );
     r.deallocate(p, 4096, StreamId::DEFAULT).unwrap();
     let e = r.deallocate(p, 4096, StreamId::DEFAULT).unwrap_err();
     assert!(e.to_string().contains("already freed"), "{e}");
@@ -236,5 +268,8 @@ fn a_wasm_path_loads_through_the_selection_hook() {
     let Err(missing) = current_factory_with_env(Some("/nonexistent/none.wasm")) else {
         panic!("a missing file loaded");
     };
-    assert!(missing.to_string().contains("cannot read plugin"), "{missing}");
+    assert!(
+        missing.to_string().contains("cannot read plugin"),
+        "{missing}"
+    );
 }

@@ -44,7 +44,9 @@ fn contained(name: &str, wat: &str, limits: PluginLimits, check: impl Fn(&Plugin
     let r = PluginResource::new(wat_module(name, wat, limits), upstream(&g));
     let good: Vec<DevicePtr> = (0..3u8)
         .map(|i| {
-            let p = r.allocate(4096, S).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let p = r
+                .allocate(4096, S)
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
             fill(&g, p, 4096, i);
             p
         })
@@ -52,20 +54,39 @@ fn contained(name: &str, wat: &str, limits: PluginLimits, check: impl Fn(&Plugin
     let e = r.allocate(4096, S).expect_err(name);
     let text = e.to_string();
     assert!(text.contains(&format!("plugin {name} ")), "{name}: {text}");
-    assert!(text.contains("in emm_alloc(size=4096, align=256, stream=0)"), "{name}: {text}");
+    assert!(
+        text.contains("in emm_alloc(size=4096, align=256, stream=0)"),
+        "{name}: {text}"
+    );
     assert!(text.contains("quarantined"), "{name}: {text}");
-    let breach = r.quarantined().unwrap_or_else(|| panic!("{name}: not quarantined"));
+    let breach = r
+        .quarantined()
+        .unwrap_or_else(|| panic!("{name}: not quarantined"));
     assert!(check(&breach.fault), "{name}: {:?}", breach.fault);
     for (i, &p) in good.iter().enumerate() {
-        assert!(holds(&g, p, 4096, i as u8), "{name}: allocation {i} corrupted");
+        assert!(
+            holds(&g, p, 4096, i as u8),
+            "{name}: allocation {i} corrupted"
+        );
     }
     let later = r.allocate(4096, S).expect_err(name).to_string();
-    assert!(later.contains("Requests fail until it is reloaded"), "{name}: {later}");
-    assert!(g.device_memory_used(DeviceId(0)) > 0, "{name}: the chunk is still held");
+    assert!(
+        later.contains("Requests fail until it is reloaded"),
+        "{name}: {later}"
+    );
+    assert!(
+        g.device_memory_used(DeviceId(0)) > 0,
+        "{name}: the chunk is still held"
+    );
     for p in good {
-        r.deallocate(p, 4096, S).unwrap_or_else(|e| panic!("{name}: {e}"));
+        r.deallocate(p, 4096, S)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
     }
-    assert_eq!(g.device_memory_used(DeviceId(0)), 0, "{name}: chunk not returned");
+    assert_eq!(
+        g.device_memory_used(DeviceId(0)),
+        0,
+        "{name}: chunk not returned"
+    );
     assert_eq!(r.stats().unwrap().chunks, 0);
     assert!(g.report().is_clean(), "{name}: {}", g.report());
 }
@@ -74,7 +95,9 @@ fn contained(name: &str, wat: &str, limits: PluginLimits, check: impl Fn(&Plugin
 fn an_infinite_loop_runs_out_of_fuel() {
     let wat = fixture("(loop $l (br $l))", 4);
     let limits = fuel_only().fuel_per_call(Some(1_000_000));
-    contained("loop", &wat, limits, |f| *f == PluginFault::OutOfFuel { fuel: 1_000_000 });
+    contained("loop", &wat, limits, |f| {
+        *f == PluginFault::OutOfFuel { fuel: 1_000_000 }
+    });
 }
 
 #[test]
@@ -84,32 +107,43 @@ fn an_infinite_loop_passes_its_deadline() {
         .fuel_per_call(None)
         .deadline(Some(Duration::from_millis(30)))
         .epoch_tick(Duration::from_millis(2));
-    contained("spin", &wat, limits, |f| *f == PluginFault::Deadline { millis: 30 });
+    contained("spin", &wat, limits, |f| {
+        *f == PluginFault::Deadline { millis: 30 }
+    });
 }
 
 #[test]
 fn a_memory_bomb_hits_its_cap() {
     let wat = fixture("(loop $l (drop (memory.grow (i32.const 16))) (br $l))", 4);
     let limits = fuel_only().memory_cap(8 << 20);
-    contained("bomb", &wat, limits, |f| {
-        matches!(f, PluginFault::MemoryCap { cap, desired } if *cap == 8 << 20 && *desired > *cap)
-    });
+    contained(
+        "bomb",
+        &wat,
+        limits,
+        |f| matches!(f, PluginFault::MemoryCap { cap, desired } if *cap == 8 << 20 && *desired > *cap),
+    );
 }
 
 #[test]
 fn a_stack_overflow_traps() {
     let wat = fixture("(drop (call $rec (i64.const 0)))", 4);
-    contained("deep", &wat, fuel_only(), |f| {
-        matches!(f, PluginFault::Trap(t) if t.contains("call stack exhausted"))
-    });
+    contained(
+        "deep",
+        &wat,
+        fuel_only(),
+        |f| matches!(f, PluginFault::Trap(t) if t.contains("call stack exhausted")),
+    );
 }
 
 #[test]
 fn unreachable_on_the_nth_call_traps() {
     let wat = fixture("(unreachable)", 4);
-    contained("trap", &wat, fuel_only(), |f| {
-        matches!(f, PluginFault::Trap(t) if t.contains("unreachable"))
-    });
+    contained(
+        "trap",
+        &wat,
+        fuel_only(),
+        |f| matches!(f, PluginFault::Trap(t) if t.contains("unreachable")),
+    );
 }
 
 fn broke(rule: Rule) -> impl Fn(&PluginFault) -> bool {
@@ -136,7 +170,10 @@ fn an_overlapping_answer_is_refused() {
 
 #[test]
 fn a_misaligned_answer_is_refused() {
-    let wat = fixture("(return (call $answer (i64.add (global.get $top) (i64.const 8))))", 4);
+    let wat = fixture(
+        "(return (call $answer (i64.add (global.get $top) (i64.const 8))))",
+        4,
+    );
     contained("crooked", &wat, fuel_only(), broke(Rule::Misaligned));
 }
 
@@ -168,7 +205,12 @@ fn a_plugin_that_refuses_a_free_it_owes_is_quarantined_and_loses_nothing() {
     r.deallocate(a, 512, S).expect("the caller's free succeeds");
     let breach = r.quarantined().expect("quarantined");
     assert!(broke(Rule::FreeRefused)(&breach.fault), "{breach}");
-    assert!(breach.call.starts_with("emm_free(chunk=1, offset=0x0, size=512"), "{breach}");
+    assert!(
+        breach
+            .call
+            .starts_with("emm_free(chunk=1, offset=0x0, size=512"),
+        "{breach}"
+    );
     assert!(holds(&g, b, 512, 5));
     r.deallocate(b, 512, S).unwrap();
     assert!(g.report().is_clean(), "{}", g.report());
@@ -206,22 +248,46 @@ fn an_init_failure_is_reported_with_its_status() {
 fn missing_exports_wrong_types_and_foreign_imports_are_refused_at_load() {
     let no_alloc = fixture("(nop)", 0).replace("(export \"emm_alloc\")", "");
     let e = load_error("partial", &no_alloc);
-    assert!(matches!(e, SandboxError::MissingExport { name: "emm_alloc", .. }), "{e}");
-    assert!(e.to_string().contains("does not export emm_alloc ((i64, i64, i64) -> i64)"), "{e}");
+    assert!(
+        matches!(
+            e,
+            SandboxError::MissingExport {
+                name: "emm_alloc",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(
+        e.to_string()
+            .contains("does not export emm_alloc ((i64, i64, i64) -> i64)"),
+        "{e}"
+    );
     let no_memory = fixture("(nop)", 0).replace("(export \"memory\")", "");
-    assert!(matches!(load_error("amnesiac", &no_memory), SandboxError::MissingExport { name: "memory", .. }));
+    assert!(matches!(
+        load_error("amnesiac", &no_memory),
+        SandboxError::MissingExport { name: "memory", .. }
+    ));
     let typed = fixture("(nop)", 0).replace(
         "(func (export \"emm_free\") (param i32 i64 i64 i64)",
         "(func (export \"emm_free\") (param i32 i32 i64 i64)",
     );
     let e = load_error("typo", &typed);
-    assert!(e.to_string().contains("exports emm_free as (i32, i32, i64, i64) -> i32"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("exports emm_free as (i32, i32, i64, i64) -> i32"),
+        "{e}"
+    );
     let wasi = fixture("(nop)", 0).replace(
         "(memory (export",
         "(import \"wasi_snapshot_preview1\" \"fd_write\" (func (param i32 i32 i32 i32) (result i32)))\n  (memory (export",
     );
     let e = load_error("posix", &wasi);
-    assert!(e.to_string().contains("imports wasi_snapshot_preview1::fd_write"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("imports wasi_snapshot_preview1::fd_write"),
+        "{e}"
+    );
     let e = load_error("junk", "this is not wasm");
     assert!(matches!(e, SandboxError::Compile { .. }), "{e}");
 }
@@ -265,33 +331,49 @@ fn a_50_mb_module_is_refused_before_compiling() {
 fn a_quarantined_plugin_restarts_when_allowed() {
     let g = gpu(GIB);
     let limits = fuel_only().max_restarts(1);
-    let r = PluginResource::new(wat_module("phoenix", &fixture("(unreachable)", 3), limits), upstream(&g));
-    let old: Vec<_> = (0..2u8).map(|i| {
-        let p = r.allocate(1000, S).unwrap();
-        fill(&g, p, 1000, i);
-        p
-    }).collect();
+    let r = PluginResource::new(
+        wat_module("phoenix", &fixture("(unreachable)", 3), limits),
+        upstream(&g),
+    );
+    let old: Vec<_> = (0..2u8)
+        .map(|i| {
+            let p = r.allocate(1000, S).unwrap();
+            fill(&g, p, 1000, i);
+            p
+        })
+        .collect();
     assert!(r.allocate(1000, S).is_err(), "the third call traps");
     let fresh = r.allocate(1000, S).expect("a fresh instance serves");
     assert!(!old.contains(&fresh));
     let s = r.stats().unwrap();
-    assert_eq!((s.restarts, s.breaches, s.chunks, s.running), (1, 1, 2, true));
+    assert_eq!(
+        (s.restarts, s.breaches, s.chunks, s.running),
+        (1, 1, 2, true)
+    );
     for (i, &p) in old.iter().enumerate() {
         assert!(holds(&g, p, 1000, i as u8));
         r.deallocate(p, 1000, S).unwrap();
     }
     assert_eq!(r.stats().unwrap().chunks, 1, "the orphaned chunk went back");
     r.deallocate(fresh, 1000, S).unwrap();
-    assert!(r.logs().iter().any(|l| l.message == "hostile fixture"), "{:?}", r.logs());
+    assert!(
+        r.logs().iter().any(|l| l.message == "hostile fixture"),
+        "{:?}",
+        r.logs()
+    );
 }
 
 /// With a fallback, requests after the quarantine are served by it, and freed back to it.
 #[test]
 fn a_quarantined_plugin_falls_back_when_configured() {
     let g = gpu(GIB);
-    let fallback: Arc<dyn DeviceMemoryResource> = Arc::new(CudaResource::<SimDriver>::new(Arc::clone(&g)));
-    let r = PluginResource::new(wat_module("flaky", &fixture("(unreachable)", 2), fuel_only()), upstream(&g))
-        .with_fallback(fallback);
+    let fallback: Arc<dyn DeviceMemoryResource> =
+        Arc::new(CudaResource::<SimDriver>::new(Arc::clone(&g)));
+    let r = PluginResource::new(
+        wat_module("flaky", &fixture("(unreachable)", 2), fuel_only()),
+        upstream(&g),
+    )
+    .with_fallback(fallback);
     let kept = r.allocate(1000, S).unwrap();
     let e = r.allocate(1000, S).unwrap_err();
     assert!(matches!(e, MrError::InvalidArgument { .. }), "{e}");

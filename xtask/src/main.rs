@@ -110,7 +110,13 @@ fn test() -> Result<(), Failure> {
     run("fmt", cargo(["fmt", "--all", "--check"]))?;
     run(
         "fmt plugins",
-        cargo(["fmt", "--all", "--check", "--manifest-path", "plugins/Cargo.toml"]),
+        cargo([
+            "fmt",
+            "--all",
+            "--check",
+            "--manifest-path",
+            "plugins/Cargo.toml",
+        ]),
     )?;
     run(
         "clippy",

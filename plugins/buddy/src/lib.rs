@@ -20,7 +20,9 @@ extern crate std;
 use alloc::collections::{BTreeMap, BTreeSet};
 use alloc::vec::Vec;
 
-use emm_plugin_sdk::{export_plugin, Answer, Config, Error, Policy, Request, Stats, Upstream, GRANULE};
+use emm_plugin_sdk::{
+    export_plugin, Answer, Config, Error, Policy, Request, Stats, Upstream, GRANULE,
+};
 
 /// Default chunk size.
 pub const DEFAULT_CHUNK_BYTES: u64 = 64 << 20;
@@ -90,14 +92,24 @@ impl Buddy {
         self.chunks.insert(chunk.handle, chunk_order);
         self.held_bytes += size;
         self.free_bytes += size;
-        self.free[chunk_order].insert(Answer { chunk: chunk.handle, offset: 0 }.key());
+        self.free[chunk_order].insert(
+            Answer {
+                chunk: chunk.handle,
+                offset: 0,
+            }
+            .key(),
+        );
         Ok(())
     }
 }
 
 impl Policy for Buddy {
     fn init(config: &Config) -> Result<Self, Error> {
-        Buddy::new(config.get_u64("chunk_bytes")?.unwrap_or(DEFAULT_CHUNK_BYTES))
+        Buddy::new(
+            config
+                .get_u64("chunk_bytes")?
+                .unwrap_or(DEFAULT_CHUNK_BYTES),
+        )
     }
 
     fn alloc<U: Upstream>(&mut self, up: &mut U, req: Request) -> Result<Answer, Error> {
@@ -109,23 +121,43 @@ impl Policy for Buddy {
             return Ok(Answer::from_key(key));
         }
         self.grow(up, order)?;
-        self.take(order).map(Answer::from_key).ok_or(Error::OutOfMemory)
+        self.take(order)
+            .map(Answer::from_key)
+            .ok_or(Error::OutOfMemory)
     }
 
-    fn free<U: Upstream>(&mut self, _up: &mut U, answer: Answer, size: u64, _stream: u64) -> Result<(), Error> {
+    fn free<U: Upstream>(
+        &mut self,
+        _up: &mut U,
+        answer: Answer,
+        size: u64,
+        _stream: u64,
+    ) -> Result<(), Error> {
         let mut order = order_of(size).ok_or(Error::Invalid)?;
-        let top = *self.chunks.get(&answer.chunk).ok_or(Error::UnknownAllocation)?;
+        let top = *self
+            .chunks
+            .get(&answer.chunk)
+            .ok_or(Error::UnknownAllocation)?;
         self.free_bytes += block_bytes(order);
         let mut offset = answer.offset;
         while order < top {
-            let buddy = Answer { chunk: answer.chunk, offset: offset ^ block_bytes(order) };
+            let buddy = Answer {
+                chunk: answer.chunk,
+                offset: offset ^ block_bytes(order),
+            };
             if !self.free[order].remove(&buddy.key()) {
                 break;
             }
             offset = offset.min(buddy.offset);
             order += 1;
         }
-        self.free[order].insert(Answer { chunk: answer.chunk, offset }.key());
+        self.free[order].insert(
+            Answer {
+                chunk: answer.chunk,
+                offset,
+            }
+            .key(),
+        );
         Ok(())
     }
 
@@ -133,7 +165,15 @@ impl Policy for Buddy {
         let empty: Vec<(u32, usize)> = self
             .chunks
             .iter()
-            .filter(|(h, o)| self.free[**o].contains(&Answer { chunk: **h, offset: 0 }.key()))
+            .filter(|(h, o)| {
+                self.free[**o].contains(
+                    &Answer {
+                        chunk: **h,
+                        offset: 0,
+                    }
+                    .key(),
+                )
+            })
             .map(|(h, o)| (*h, *o))
             .collect();
         let mut empty_bytes: u64 = empty.iter().map(|(_, o)| block_bytes(*o)).sum();
@@ -142,7 +182,13 @@ impl Policy for Buddy {
                 break;
             }
             up.free_chunk(handle)?;
-            self.free[order].remove(&Answer { chunk: handle, offset: 0 }.key());
+            self.free[order].remove(
+                &Answer {
+                    chunk: handle,
+                    offset: 0,
+                }
+                .key(),
+            );
             self.chunks.remove(&handle);
             let size = block_bytes(order);
             self.free_bytes -= size;

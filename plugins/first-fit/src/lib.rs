@@ -71,7 +71,14 @@ impl FirstFit {
         };
         self.chunks.insert(chunk.handle, size);
         self.held_bytes += size;
-        self.insert_free(Answer { chunk: chunk.handle, offset: 0 }.key(), size);
+        self.insert_free(
+            Answer {
+                chunk: chunk.handle,
+                offset: 0,
+            }
+            .key(),
+            size,
+        );
         Ok(())
     }
 
@@ -94,7 +101,9 @@ impl FirstFit {
 
 impl Policy for FirstFit {
     fn init(config: &Config) -> Result<Self, Error> {
-        let chunk = config.get_u64("chunk_bytes")?.unwrap_or(DEFAULT_CHUNK_BYTES);
+        let chunk = config
+            .get_u64("chunk_bytes")?
+            .unwrap_or(DEFAULT_CHUNK_BYTES);
         Ok(FirstFit::new(chunk))
     }
 
@@ -108,11 +117,19 @@ impl Policy for FirstFit {
             return Ok(Answer::from_key(key));
         }
         self.grow(up, need)?;
-        self.take_first_fit(need).map(Answer::from_key).ok_or(Error::OutOfMemory)
+        self.take_first_fit(need)
+            .map(Answer::from_key)
+            .ok_or(Error::OutOfMemory)
     }
 
     #[inline]
-    fn free<U: Upstream>(&mut self, _up: &mut U, answer: Answer, size: u64, _stream: u64) -> Result<(), Error> {
+    fn free<U: Upstream>(
+        &mut self,
+        _up: &mut U,
+        answer: Answer,
+        size: u64,
+        _stream: u64,
+    ) -> Result<(), Error> {
         let need = checked_round_up(size, GRANULE).ok_or(Error::Invalid)?;
         if !self.chunks.contains_key(&answer.chunk) {
             return Err(Error::UnknownAllocation);
@@ -125,15 +142,28 @@ impl Policy for FirstFit {
         let mut empty_bytes: u64 = self
             .chunks
             .iter()
-            .filter(|(h, size)| self.free.get(&Answer { chunk: **h, offset: 0 }.key()) == Some(*size))
+            .filter(|(h, size)| {
+                self.free.get(
+                    &Answer {
+                        chunk: **h,
+                        offset: 0,
+                    }
+                    .key(),
+                ) == Some(*size)
+            })
             .map(|(_, size)| size)
             .sum();
-        let handles: alloc::vec::Vec<(u32, u64)> = self.chunks.iter().map(|(h, s)| (*h, *s)).collect();
+        let handles: alloc::vec::Vec<(u32, u64)> =
+            self.chunks.iter().map(|(h, s)| (*h, *s)).collect();
         for (handle, size) in handles {
             if empty_bytes <= keep {
                 break;
             }
-            let key = Answer { chunk: handle, offset: 0 }.key();
+            let key = Answer {
+                chunk: handle,
+                offset: 0,
+            }
+            .key();
             if self.free.get(&key) != Some(&size) {
                 continue;
             }

@@ -33,6 +33,12 @@ pub struct Slot<T>(UnsafeCell<Option<T>>);
 // calls a plugin one call at a time, so no two references to the contents coexist.
 unsafe impl<T> Sync for Slot<T> {}
 
+impl<T> Default for Slot<T> {
+    fn default() -> Self {
+        Slot::new()
+    }
+}
+
 impl<T> Slot<T> {
     /// An empty slot.
     pub const fn new() -> Self {
@@ -136,13 +142,15 @@ pub fn free<P: Policy>(slot: &Slot<P>, chunk: i32, offset: i64, size: i64, strea
 }
 
 pub fn reset<P: Policy>(slot: &Slot<P>) -> i32 {
-    slot.get().as_mut().map_or(abi::STATUS_INVALID, |p| status(p.reset(&mut Host)))
+    slot.get()
+        .as_mut()
+        .map_or(abi::STATUS_INVALID, |p| status(p.reset(&mut Host)))
 }
 
 pub fn trim<P: Policy>(slot: &Slot<P>, keep: i64) -> i32 {
-    slot.get()
-        .as_mut()
-        .map_or(abi::STATUS_INVALID, |p| status(p.trim(&mut Host, keep.max(0) as u64)))
+    slot.get().as_mut().map_or(abi::STATUS_INVALID, |p| {
+        status(p.trim(&mut Host, keep.max(0) as u64))
+    })
 }
 
 pub fn stats<P: Policy>(slot: &Slot<P>) -> i32 {
@@ -163,5 +171,7 @@ pub fn defer_enter<P: Policy>(slot: &Slot<P>) {
 }
 
 pub fn defer_exit<P: Policy>(slot: &Slot<P>) -> i32 {
-    slot.get().as_mut().map_or(abi::STATUS_INVALID, |p| status(p.defer_exit(&mut Host)))
+    slot.get()
+        .as_mut()
+        .map_or(abi::STATUS_INVALID, |p| status(p.defer_exit(&mut Host)))
 }

@@ -197,7 +197,13 @@ pub trait Policy: Sized {
     /// # Errors
     ///
     /// Any error quarantines the plugin: the host knows the allocation was handed out.
-    fn free<U: Upstream>(&mut self, up: &mut U, answer: Answer, size: u64, stream: u64) -> Result<(), Error>;
+    fn free<U: Upstream>(
+        &mut self,
+        up: &mut U,
+        answer: Answer,
+        size: u64,
+        stream: u64,
+    ) -> Result<(), Error>;
 
     /// Return empty chunks until at most `keep` bytes of them stay.
     ///
@@ -246,7 +252,7 @@ pub fn checked_round_up(value: u64, to: u64) -> Option<u64> {
 /// `value` rounded up to a multiple of `to` (a power of two), saturating.
 #[inline]
 pub fn round_up(value: u64, to: u64) -> u64 {
-    checked_round_up(value, to).unwrap_or(u64::MAX & !(to - 1))
+    checked_round_up(value, to).unwrap_or(!(to - 1))
 }
 
 /// Exports `$policy` (a type implementing [`Policy`]) as an emm plugin: the ABI's

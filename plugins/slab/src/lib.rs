@@ -20,7 +20,8 @@ extern crate std;
 use alloc::vec::Vec;
 
 use emm_plugin_sdk::{
-    checked_round_up, export_plugin, Answer, Config, Error, Policy, Request, Stats, Upstream, GRANULE,
+    checked_round_up, export_plugin, Answer, Config, Error, Policy, Request, Stats, Upstream,
+    GRANULE,
 };
 
 /// Default slab size.
@@ -34,8 +35,14 @@ const MIN_SLOTS: u64 = 16;
 #[derive(Debug, Clone)]
 enum Use {
     Free,
-    Slab { class: usize, slots: Vec<u32>, capacity: u32 },
-    Large { size: u64 },
+    Slab {
+        class: usize,
+        slots: Vec<u32>,
+        capacity: u32,
+    },
+    Large {
+        size: u64,
+    },
 }
 
 /// The slab allocator.
@@ -78,7 +85,6 @@ impl Slab {
         }
     }
 
-
     fn set(&mut self, handle: u32, u: Use) {
         let i = handle as usize - 1;
         if self.chunks.len() <= i {
@@ -108,14 +114,20 @@ impl Slab {
 
     fn alloc_small<U: Upstream>(&mut self, up: &mut U, class: usize) -> Result<Answer, Error> {
         while let Some(&handle) = self.partial[class].last() {
-            if let Some(Use::Slab { class: c, slots, .. }) = slot_of(&mut self.chunks, handle) {
+            if let Some(Use::Slab {
+                class: c, slots, ..
+            }) = slot_of(&mut self.chunks, handle)
+            {
                 if *c == class {
                     if let Some(slot) = slots.pop() {
                         if slots.is_empty() {
                             self.partial[class].pop();
                         }
                         self.free_bytes -= class_bytes(class);
-                        return Ok(Answer { chunk: handle, offset: u64::from(slot) * class_bytes(class) });
+                        return Ok(Answer {
+                            chunk: handle,
+                            offset: u64::from(slot) * class_bytes(class),
+                        });
                     }
                 }
             }
@@ -128,9 +140,19 @@ impl Slab {
         // Slot 0 goes out now; the rest are free, lowest on top.
         let slots: Vec<u32> = (1..capacity).rev().collect();
         self.free_bytes += size - class_bytes(class);
-        self.set(handle, Use::Slab { class, slots, capacity });
+        self.set(
+            handle,
+            Use::Slab {
+                class,
+                slots,
+                capacity,
+            },
+        );
         self.partial[class].push(handle);
-        Ok(Answer { chunk: handle, offset: 0 })
+        Ok(Answer {
+            chunk: handle,
+            offset: 0,
+        })
     }
 
     fn release<U: Upstream>(&mut self, up: &mut U, handle: u32, size: u64) -> Result<(), Error> {
@@ -146,7 +168,11 @@ impl Slab {
             .iter()
             .enumerate()
             .filter_map(|(i, u)| match u {
-                Use::Slab { class: c, slots, capacity } if slots.len() as u32 == *capacity && class.is_none_or(|k| k == *c) => {
+                Use::Slab {
+                    class: c,
+                    slots,
+                    capacity,
+                } if slots.len() as u32 == *capacity && class.is_none_or(|k| k == *c) => {
                     Some((i as u32 + 1, u64::from(*capacity) * class_bytes(*c)))
                 }
                 _ => None,
@@ -157,7 +183,9 @@ impl Slab {
 
 impl Policy for Slab {
     fn init(config: &Config) -> Result<Self, Error> {
-        Ok(Slab::new(config.get_u64("slab_bytes")?.unwrap_or(DEFAULT_SLAB_BYTES)))
+        Ok(Slab::new(
+            config.get_u64("slab_bytes")?.unwrap_or(DEFAULT_SLAB_BYTES),
+        ))
     }
 
     fn alloc<U: Upstream>(&mut self, up: &mut U, req: Request) -> Result<Answer, Error> {
@@ -170,19 +198,33 @@ impl Policy for Slab {
         let size = checked_round_up(req.size, GRANULE).ok_or(Error::OutOfMemory)?;
         let handle = self.chunk(up, size)?;
         self.set(handle, Use::Large { size });
-        Ok(Answer { chunk: handle, offset: 0 })
+        Ok(Answer {
+            chunk: handle,
+            offset: 0,
+        })
     }
 
-    fn free<U: Upstream>(&mut self, up: &mut U, answer: Answer, _size: u64, _stream: u64) -> Result<(), Error> {
+    fn free<U: Upstream>(
+        &mut self,
+        up: &mut U,
+        answer: Answer,
+        _size: u64,
+        _stream: u64,
+    ) -> Result<(), Error> {
         let deferring = self.deferring;
         match slot_of(&mut self.chunks, answer.chunk) {
             Some(Use::Large { size }) => {
                 let size = *size;
                 self.release(up, answer.chunk, size)
             }
-            Some(Use::Slab { class, slots, capacity }) => {
+            Some(Use::Slab {
+                class,
+                slots,
+                capacity,
+            }) => {
                 let class = *class;
-                let slot = u32::try_from(answer.offset / class_bytes(class)).map_err(|_| Error::Invalid)?;
+                let slot = u32::try_from(answer.offset / class_bytes(class))
+                    .map_err(|_| Error::Invalid)?;
                 let was_full = slots.is_empty();
                 slots.push(slot);
                 let now_empty = slots.len() as u32 == *capacity;
