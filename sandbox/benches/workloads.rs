@@ -180,6 +180,10 @@ fn main() {
             Box::new(sandboxed(&g, PluginLimits::default())),
         ),
         (
+            "first_fit.wasm sandboxed (deadline only: production)",
+            Box::new(sandboxed(&g, PluginLimits::default().fuel_per_call(None))),
+        ),
+        (
             "first_fit.wasm sandboxed (no fuel, no deadline)",
             Box::new(sandboxed(
                 &g,
