@@ -1,7 +1,9 @@
 //! `cargo xtask`: emm's developer commands, written with std only.
 //!
-//! - `test`: install what the build needs, then fmt check, clippy and the workspace tests (CI runs
-//!   this through `.ci/run`).
+//! - `test`: install what the build needs, build the wasm plugins, then fmt check, clippy and the
+//!   workspace tests (CI runs this through `.ci/run`).
+//! - `wasm`: build the guest plugins of `plugins/` for wasm32-unknown-unknown in release and copy
+//!   the `.wasm` files to `target/wasm/`, where the sandbox's tests and benchmarks find them.
 //! - `demo [args...]`: the simulated GPU's scripted demo (`emm-sim`'s `demo` example).
 //! - `bench`: the benchmarks.
 //! - `help`: the usage text.
@@ -20,9 +22,12 @@ const USAGE: &str = "\
 usage: cargo xtask <command> [args...]
 
 commands:
-  test             install the targets and components the build needs, then
-                   cargo fmt --check, cargo clippy -D warnings and the workspace tests
+  test             install the targets and components the build needs, build the wasm
+                   plugins, then cargo fmt --check, cargo clippy -D warnings and the
+                   workspace tests
                    (the same command CI runs via .ci/run)
+  wasm             build the wasm plugins (plugins/, release, wasm32-unknown-unknown) into
+                   target/wasm/ (the build itself goes to target/wasm-build/)
   demo [args...]   run the simulated GPU through a scripted workload (emm-sim's demo example);
                    args are passed to the demo
   bench            run the benchmarks (emm-sim)
@@ -68,6 +73,7 @@ fn main() -> ExitCode {
                 Outcome::Done
             }
             "test" => no_args("test", &rest).unwrap_or_else(|| result(test())),
+            "wasm" => no_args("wasm", &rest).unwrap_or_else(|| result(wasm())),
             "demo" => result(demo(&rest)),
             "bench" => no_args("bench", &rest).unwrap_or_else(|| result(bench())),
             other => Outcome::Usage(format!("unknown command `{other}`")),
@@ -99,7 +105,19 @@ fn result(r: Result<(), Failure>) -> Outcome {
 /// `cargo xtask test`: setup, fmt check, clippy, then the tests; stops at the first failure.
 fn test() -> Result<(), Failure> {
     setup()?;
+    // The sandbox's tests load these; they fail (not skip) without them.
+    wasm()?;
     run("fmt", cargo(["fmt", "--all", "--check"]))?;
+    run(
+        "fmt plugins",
+        cargo([
+            "fmt",
+            "--all",
+            "--check",
+            "--manifest-path",
+            "plugins/Cargo.toml",
+        ]),
+    )?;
     run(
         "clippy",
         cargo([
@@ -118,6 +136,53 @@ fn test() -> Result<(), Failure> {
     } else {
         run("test", cargo(["test", "--workspace"]))
     }
+}
+
+/// The plugin crates `wasm` builds: (package, the `.wasm` file it makes).
+const PLUGINS: [(&str, &str); 3] = [
+    ("emm-plugin-first-fit", "first_fit.wasm"),
+    ("emm-plugin-buddy", "buddy.wasm"),
+    ("emm-plugin-slab", "slab.wasm"),
+];
+
+/// `cargo xtask wasm`: builds the guest plugins in release for wasm32-unknown-unknown, in their
+/// own target directory (`target/wasm-build`, or `$EMM_WASM_BUILD_DIR`), and copies the
+/// `.wasm` files to `target/wasm/`.
+fn wasm() -> Result<(), Failure> {
+    let root = workspace_root();
+    let build_dir = env::var_os("EMM_WASM_BUILD_DIR")
+        .map_or_else(|| root.join("target").join("wasm-build"), PathBuf::from);
+    let mut cmd = cargo([
+        "build",
+        "--release",
+        "--target",
+        "wasm32-unknown-unknown",
+        "--manifest-path",
+        "plugins/Cargo.toml",
+        "--workspace",
+    ]);
+    // --target-dir rather than CARGO_TARGET_DIR, which a developer may have set for the host.
+    cmd.arg("--target-dir").arg(&build_dir);
+    run("wasm", cmd)?;
+    let out = root.join("target").join("wasm");
+    let fail = |reason: String| Failure {
+        step: "wasm".to_owned(),
+        reason,
+    };
+    std::fs::create_dir_all(&out)
+        .map_err(|e| fail(format!("cannot create {}: {e}", out.display())))?;
+    let built = build_dir.join("wasm32-unknown-unknown").join("release");
+    for (package, file) in PLUGINS {
+        let from = built.join(file);
+        std::fs::copy(&from, out.join(file)).map_err(|e| {
+            fail(format!(
+                "{package} built, but {} cannot be copied: {e}",
+                from.display()
+            ))
+        })?;
+    }
+    eprintln!("==> wasm: {} plugins in {}", PLUGINS.len(), out.display());
+    Ok(())
 }
 
 /// Installs [`TARGETS`] and [`COMPONENTS`] with rustup (a no-op when they are already there).

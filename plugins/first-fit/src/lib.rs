@@ -1,0 +1,190 @@
+//! `first_fit`: a first-fit coalescing pool. Free blocks of every chunk live in one structure
+//! ordered by address (`chunk << 40 | offset`, [`blocks::FreeBlocks`]); a request takes the
+//! lowest block that fits and splits it, a free merges with both neighbours. Chunks are kept (a pool) and go back only on
+//! `trim`/`reset`, or when the upstream runs out and no `defer_cleanup` scope is open.
+//!
+//! Config: `chunk_bytes` (default 64 MiB), the size of each chunk asked from the host.
+//!
+//! # Time complexity
+//!
+//! `alloc`: O(n / 32 + 32) for n free blocks (whole groups of 32 too small are skipped by
+//! their cached largest size); `free`: the same, plus a move of at most 64 entries.
+
+#![no_std]
+#![deny(missing_docs)]
+
+extern crate alloc;
+#[cfg(not(target_arch = "wasm32"))]
+extern crate std;
+
+pub mod blocks;
+
+use alloc::collections::BTreeMap;
+
+use blocks::FreeBlocks;
+
+use emm_plugin_sdk::{
+    checked_round_up, export_plugin, Answer, Config, Error, Policy, Request, Stats, Upstream,
+    GRANULE,
+};
+
+/// Default chunk size.
+pub const DEFAULT_CHUNK_BYTES: u64 = 64 << 20;
+
+/// The first-fit coalescing pool.
+#[derive(Debug, Default)]
+pub struct FirstFit {
+    chunk_bytes: u64,
+    /// Free blocks by key (`chunk << 40 | offset`).
+    free: FreeBlocks,
+    /// Chunks held: handle → size.
+    chunks: BTreeMap<u32, u64>,
+    free_bytes: u64,
+    held_bytes: u64,
+    deferring: u32,
+}
+
+impl FirstFit {
+    /// A pool asking for chunks of `chunk_bytes`.
+    pub fn new(chunk_bytes: u64) -> Self {
+        FirstFit {
+            chunk_bytes: chunk_bytes.max(GRANULE),
+            ..FirstFit::default()
+        }
+    }
+
+    fn take_first_fit(&mut self, need: u64) -> Option<u64> {
+        let key = self.free.take_first_fit(need)?;
+        self.free_bytes -= need;
+        Some(key)
+    }
+
+    fn grow<U: Upstream>(&mut self, up: &mut U, need: u64) -> Result<(), Error> {
+        let size = need.max(self.chunk_bytes);
+        let chunk = match up.alloc_chunk(size, GRANULE) {
+            Ok(c) => c,
+            Err(Error::OutOfMemory) if self.deferring == 0 => {
+                // Give back what is empty, then try once more.
+                self.trim(up, 0)?;
+                up.alloc_chunk(size, GRANULE)?
+            }
+            Err(e) => return Err(e),
+        };
+        self.chunks.insert(chunk.handle, size);
+        self.held_bytes += size;
+        self.insert_free(
+            Answer {
+                chunk: chunk.handle,
+                offset: 0,
+            }
+            .key(),
+            size,
+        );
+        Ok(())
+    }
+
+    /// Inserts a free block, merging it with its neighbours in the same chunk.
+    fn insert_free(&mut self, key: u64, size: u64) {
+        self.free_bytes += size;
+        self.free.insert(key, size);
+    }
+}
+
+impl Policy for FirstFit {
+    fn init(config: &Config) -> Result<Self, Error> {
+        let chunk = config
+            .get_u64("chunk_bytes")?
+            .unwrap_or(DEFAULT_CHUNK_BYTES);
+        Ok(FirstFit::new(chunk))
+    }
+
+    #[inline]
+    fn alloc<U: Upstream>(&mut self, up: &mut U, req: Request) -> Result<Answer, Error> {
+        if req.align > GRANULE {
+            return Err(Error::Unsupported);
+        }
+        let need = checked_round_up(req.size, GRANULE).ok_or(Error::OutOfMemory)?;
+        if let Some(key) = self.take_first_fit(need) {
+            return Ok(Answer::from_key(key));
+        }
+        self.grow(up, need)?;
+        self.take_first_fit(need)
+            .map(Answer::from_key)
+            .ok_or(Error::OutOfMemory)
+    }
+
+    #[inline]
+    fn free<U: Upstream>(
+        &mut self,
+        _up: &mut U,
+        answer: Answer,
+        size: u64,
+        _stream: u64,
+    ) -> Result<(), Error> {
+        let need = checked_round_up(size, GRANULE).ok_or(Error::Invalid)?;
+        if !self.chunks.contains_key(&answer.chunk) {
+            return Err(Error::UnknownAllocation);
+        }
+        self.insert_free(answer.key(), need);
+        Ok(())
+    }
+
+    fn trim<U: Upstream>(&mut self, up: &mut U, keep: u64) -> Result<(), Error> {
+        let mut empty_bytes: u64 = self
+            .chunks
+            .iter()
+            .filter(|(h, size)| {
+                self.free.get(
+                    Answer {
+                        chunk: **h,
+                        offset: 0,
+                    }
+                    .key(),
+                ) == Some(**size)
+            })
+            .map(|(_, size)| size)
+            .sum();
+        let handles: alloc::vec::Vec<(u32, u64)> =
+            self.chunks.iter().map(|(h, s)| (*h, *s)).collect();
+        for (handle, size) in handles {
+            if empty_bytes <= keep {
+                break;
+            }
+            let key = Answer {
+                chunk: handle,
+                offset: 0,
+            }
+            .key();
+            if self.free.get(key) != Some(size) {
+                continue;
+            }
+            up.free_chunk(handle)?;
+            self.free.remove(key);
+            self.chunks.remove(&handle);
+            self.free_bytes -= size;
+            self.held_bytes -= size;
+            empty_bytes -= size;
+        }
+        Ok(())
+    }
+
+    fn stats(&self) -> Stats {
+        Stats {
+            free_bytes: self.free_bytes,
+            free_blocks: self.free.len() as u64,
+            largest_free: self.free.largest(),
+            held_bytes: self.held_bytes,
+        }
+    }
+
+    fn defer_enter(&mut self) {
+        self.deferring += 1;
+    }
+
+    fn defer_exit<U: Upstream>(&mut self, _up: &mut U) -> Result<(), Error> {
+        self.deferring = self.deferring.saturating_sub(1);
+        Ok(())
+    }
+}
+
+export_plugin!(FirstFit);

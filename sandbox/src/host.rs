@@ -1,0 +1,243 @@
+//! [`HostState`]: what a plugin's store holds, and the host functions a guest imports
+//! (`emm::upstream_alloc`, `emm::upstream_free`, `emm::log`). Host functions never panic: a
+//! guest that breaks a rule through them gets a trap, and the rule is recorded for the
+//! quarantine.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use emm_core::attribution::CallerScope;
+use emm_core::mr::{DeviceMemoryResource, MrError, MIN_ALIGNMENT};
+use emm_core::units::Bytes;
+use emm_core::StreamId;
+use wasmtime::{Caller, Extern, Linker, ResourceLimiter};
+
+use crate::abi::{
+    IMPORT_LOG, IMPORT_MODULE, IMPORT_UPSTREAM_ALLOC, IMPORT_UPSTREAM_FREE, MAX_CHUNK_BYTES,
+    MAX_LOG_BYTES, STATUS_INVALID, STATUS_OK, STATUS_OUT_OF_MEMORY, STATUS_UNSUPPORTED,
+};
+use crate::fault::{PluginFault, Rule};
+use crate::registry::Registry;
+
+/// The caller tag of driver calls made for a plugin's chunks.
+pub const PLUGIN_CALLER: &str = "WasmPlugin";
+
+/// How many log lines a plugin keeps (the oldest go first).
+pub const LOG_LINES: usize = 64;
+
+/// Most table elements a guest may grow its tables to.
+const MAX_TABLE_ELEMENTS: usize = 100_000;
+
+/// One line a plugin logged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogLine {
+    /// The level the guest gave (0 error, 1 warn, 2 info, 3 debug).
+    pub level: i32,
+    /// The message (cut at 1 KiB, invalid UTF-8 replaced).
+    pub message: String,
+}
+
+/// The data of one plugin instance's store.
+pub(crate) struct HostState {
+    /// Chunks and live allocations.
+    pub registry: Registry,
+    /// Where chunks come from.
+    pub upstream: Arc<dyn DeviceMemoryResource>,
+    /// The rule or limit a host function or the limiter saw broken during this call.
+    pub fault: Option<PluginFault>,
+    /// The cap on linear memory.
+    pub memory_cap: usize,
+    /// The most chunk bytes the plugin may hold, if limited.
+    pub max_held_bytes: Option<u64>,
+    /// The last lines logged.
+    pub logs: VecDeque<LogLine>,
+    /// The last upstream failure other than out of memory, for diagnosis.
+    pub upstream_error: Option<MrError>,
+}
+
+impl HostState {
+    pub fn new(
+        registry: Registry,
+        upstream: Arc<dyn DeviceMemoryResource>,
+        memory_cap: usize,
+        max_held_bytes: Option<u64>,
+    ) -> Self {
+        HostState {
+            registry,
+            upstream,
+            fault: None,
+            memory_cap,
+            max_held_bytes,
+            logs: VecDeque::new(),
+            upstream_error: None,
+        }
+    }
+
+    /// Records `fault` and returns the error that traps the guest.
+    fn breach(&mut self, fault: PluginFault) -> wasmtime::Error {
+        let text = fault.to_string();
+        self.fault.get_or_insert(fault);
+        wasmtime::Error::msg(text)
+    }
+
+    fn upstream_alloc(&mut self, size: i64, align: i64) -> wasmtime::Result<i32> {
+        let (Ok(size), Ok(align)) = (u64::try_from(size), u64::try_from(align)) else {
+            return Ok(STATUS_INVALID);
+        };
+        if size == 0 || size > MAX_CHUNK_BYTES || !align.is_power_of_two() {
+            return Ok(STATUS_INVALID);
+        }
+        let (Ok(bytes), Ok(align)) = (
+            usize::try_from(size),
+            usize::try_from(align.max(MIN_ALIGNMENT as u64)),
+        ) else {
+            return Ok(STATUS_INVALID);
+        };
+        let over = self
+            .max_held_bytes
+            .is_some_and(|max| self.registry.held_bytes.saturating_add(size) > max);
+        if over {
+            return Ok(STATUS_OUT_OF_MEMORY);
+        }
+        let _scope = CallerScope::enter(PLUGIN_CALLER);
+        match self
+            .upstream
+            .allocate_aligned(bytes, align, StreamId::DEFAULT)
+        {
+            Ok(ptr) => match self.registry.add_chunk(ptr, size) {
+                Ok(handle) => {
+                    i32::try_from(handle).map_err(|_| self.breach(crate::fault::host_bug!()))
+                }
+                Err(rule) => {
+                    // The chunk cannot be named: give it back before trapping.
+                    let _ = self.upstream.deallocate(ptr, bytes, StreamId::DEFAULT);
+                    Err(self.breach(PluginFault::BadAnswer {
+                        rule,
+                        detail: format!("upstream_alloc({size}, {align}) with every handle in use"),
+                    }))
+                }
+            },
+            Err(e) if e.is_out_of_memory() => Ok(STATUS_OUT_OF_MEMORY),
+            Err(e @ MrError::UnsupportedAlignment { .. }) => {
+                self.upstream_error = Some(e);
+                Ok(STATUS_UNSUPPORTED)
+            }
+            Err(e) => {
+                self.upstream_error = Some(e);
+                Ok(STATUS_OUT_OF_MEMORY)
+            }
+        }
+    }
+
+    fn upstream_free(&mut self, handle: i32) -> wasmtime::Result<i32> {
+        let released = u32::try_from(handle)
+            .map_err(|_| {
+                (
+                    Rule::ForeignChunk,
+                    format!("upstream_free({handle}): not a chunk handle"),
+                )
+            })
+            .and_then(|h| self.registry.release_chunk(h));
+        match released {
+            Ok(chunk) => {
+                let _scope = CallerScope::enter(PLUGIN_CALLER);
+                let bytes = usize::try_from(chunk.size).unwrap_or(usize::MAX);
+                if let Err(e) = self
+                    .upstream
+                    .deallocate(chunk.base, bytes, StreamId::DEFAULT)
+                {
+                    self.upstream_error = Some(e);
+                }
+                Ok(STATUS_OK)
+            }
+            Err((rule, detail)) => Err(self.breach(PluginFault::BadAnswer { rule, detail })),
+        }
+    }
+
+    fn push_log(&mut self, level: i32, message: String) {
+        if self.logs.len() == LOG_LINES {
+            self.logs.pop_front();
+        }
+        self.logs.push_back(LogLine { level, message });
+    }
+}
+
+impl ResourceLimiter for HostState {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.memory_cap {
+            let cap = self.memory_cap;
+            return Err(self.breach(PluginFault::MemoryCap { desired, cap }));
+        }
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= MAX_TABLE_ELEMENTS)
+    }
+}
+
+/// Reads `len` bytes at `ptr` of the guest's exported memory.
+fn read_guest(caller: &mut Caller<'_, HostState>, ptr: i32, len: i32) -> Result<Vec<u8>, String> {
+    let Some(Extern::Memory(memory)) = caller.get_export(crate::abi::EXPORT_MEMORY) else {
+        return Err("the plugin exports no memory".to_string());
+    };
+    let data = memory.data(&*caller);
+    let (Ok(start), Ok(len)) = (usize::try_from(ptr), usize::try_from(len)) else {
+        return Err(format!("pointer {ptr} or length {len} is negative"));
+    };
+    let len = len.min(MAX_LOG_BYTES);
+    let end = start.checked_add(len).ok_or("the range overflows")?;
+    data.get(start..end).map(<[u8]>::to_vec).ok_or_else(|| {
+        format!(
+            "{start}..{end} is outside the guest's {}",
+            Bytes(data.len() as u64)
+        )
+    })
+}
+
+/// A linker with the host functions of ABI v1.
+pub(crate) fn linker(engine: &wasmtime::Engine) -> wasmtime::Result<Linker<HostState>> {
+    let mut linker = Linker::new(engine);
+    linker.func_wrap(
+        IMPORT_MODULE,
+        IMPORT_UPSTREAM_ALLOC,
+        |mut caller: Caller<'_, HostState>, size: i64, align: i64| {
+            caller.data_mut().upstream_alloc(size, align)
+        },
+    )?;
+    linker.func_wrap(
+        IMPORT_MODULE,
+        IMPORT_UPSTREAM_FREE,
+        |mut caller: Caller<'_, HostState>, handle: i32| caller.data_mut().upstream_free(handle),
+    )?;
+    linker.func_wrap(
+        IMPORT_MODULE,
+        IMPORT_LOG,
+        |mut caller: Caller<'_, HostState>, level: i32, ptr: i32, len: i32| match read_guest(
+            &mut caller,
+            ptr,
+            len,
+        ) {
+            Ok(bytes) => {
+                let message = String::from_utf8_lossy(&bytes).into_owned();
+                caller.data_mut().push_log(level, message);
+                Ok(())
+            }
+            Err(detail) => Err(caller.data_mut().breach(PluginFault::BadAnswer {
+                rule: Rule::BadGuestPointer,
+                detail: format!("log({level}, {ptr}, {len}): {detail}"),
+            })),
+        },
+    )?;
+    Ok(linker)
+}

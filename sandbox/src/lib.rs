@@ -1,0 +1,53 @@
+//! emm-sandbox: untrusted allocation policies compiled to WebAssembly, run as EMM memory
+//! managers without trusting them (issue 7; "Sandboxed plugins" in `shared/DESIGN.md`).
+//!
+//! A plugin is an allocation *policy*: it asks the host for chunks of device memory and
+//! answers each request with a chunk and an offset. The host checks every answer before it
+//! becomes a device pointer, owns the chunks and knows every live allocation, so a plugin that
+//! lies, traps, loops or grows without bound is quarantined and nothing handed out is lost.
+//!
+//! Modules:
+//! - [`abi`]: the versioned core-module ABI, all of it (prose in `plugins/ABI.md`).
+//! - [`limits`]: [`PluginLimits`], fuel, deadline, memory cap, stack, module size, restarts.
+//! - [`fault`]: [`PluginFault`], [`Rule`] and [`Breach`], why a plugin was quarantined.
+//! - [`error`]: [`SandboxError`], why a plugin could not be loaded or started.
+//! - [`module`]: [`PluginModule`], a compiled plugin checked against the ABI; `exports`: the
+//!   checks of its imports and exports.
+//! - [`resource`]: [`PluginResource`], a plugin as a `DeviceMemoryResource`.
+//! - `control`: its reset, trim, defer-cleanup scopes, statistics, breaches and logs.
+//! - [`stats`]: [`PluginStats`], the host's snapshot of a plugin.
+//! - [`manager`]: [`PluginManager`], a plugin as a `MemoryManager`.
+//! - [`factory`]: [`PluginFactory`] and the `EMM_MEMORY_MANAGER` loader ([`install_loader`]).
+//! - [`host`]: the host functions a guest imports, [`LogLine`].
+//! - `registry`: chunks and live allocations; `instance`: one store and its calls;
+//!   `ticker`: the epoch thread behind deadlines.
+
+#![warn(clippy::cast_possible_truncation)]
+#![warn(clippy::undocumented_unsafe_blocks, clippy::missing_safety_doc)]
+#![warn(unsafe_op_in_unsafe_fn)]
+
+pub mod abi;
+mod control;
+pub mod error;
+mod exports;
+pub mod factory;
+pub mod fault;
+pub mod host;
+mod instance;
+pub mod limits;
+pub mod manager;
+pub mod module;
+mod registry;
+pub mod resource;
+pub mod stats;
+mod ticker;
+
+pub use error::SandboxError;
+pub use factory::{install_loader, loader, PluginFactory, CONFIG_ENV_VAR};
+pub use fault::{Breach, PluginFault, Rule};
+pub use host::LogLine;
+pub use limits::PluginLimits;
+pub use manager::PluginManager;
+pub use module::PluginModule;
+pub use resource::PluginResource;
+pub use stats::PluginStats;

@@ -1,0 +1,152 @@
+//! [`PluginManager`]: a sandboxed plugin as an EMM memory manager.
+//!
+//! The device side is a [`PluginResource`]; the host side (`memhostalloc`, `mempin`,
+//! `memallocmanaged`, their deferred frees) is emm's own [`HostOnlyManager`], as the seed's
+//! "Providing device memory management only" intends: a policy decides where device memory
+//! goes and never touches pinned host memory. The ABI carries what a policy needs of the rest:
+//! `reset` calls `emm_reset` (then the host side's reset, which always runs), and
+//! `defer_cleanup` holds an `emm_defer_enter`/`emm_defer_exit` scope inside the host side's
+//! guard. `get_ipc_handle` needs nothing of the guest: the host knows each allocation's chunk,
+//! a real upstream allocation, so the driver's base-plus-offset rule gives the right offset and
+//! a guest cannot lie about it.
+//!
+//! - **Thread safety**: `Send + Sync`, as the resource.
+//! - **Streams**: v1 only (`memalloc` memory is usable on every stream; its free is on the
+//!   legacy default stream); the stream-ordered extension is not offered.
+//! - **Use and cost**: one `Arc` per pointer on top of the resource's cost.
+
+use std::sync::Arc;
+
+use emm_core::contract::{
+    Capabilities, DeferCleanupGuard, EmmError, EmmResult, HostMemory, IpcHandle, ManagedMemory,
+    MemoryInfo, MemoryManager, MemoryPointer, PinOwner, INTERFACE_VERSION,
+};
+use emm_core::managers::HostOnlyManager;
+use emm_core::mr::DeviceMemoryResource;
+use emm_core::{ContextId, Driver, HostPtr};
+
+use crate::resource::PluginResource;
+
+/// A wasm plugin serving one context's device memory, with emm's host side.
+pub struct PluginManager {
+    name: String,
+    resource: Arc<PluginResource>,
+    inner: HostOnlyManager<Arc<PluginResource>, dyn Driver>,
+}
+
+impl std::fmt::Debug for PluginManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PluginManager")
+            .field("name", &self.name)
+            .field("resource", &self.resource)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PluginManager {
+    /// A manager for `context` whose device memory `resource` serves. Makes no driver call
+    /// and does not start the plugin (`initialize` does).
+    pub fn new(driver: Arc<dyn Driver>, context: ContextId, resource: Arc<PluginResource>) -> Self {
+        let on_reset = Arc::clone(&resource);
+        let on_defer = Arc::clone(&resource);
+        let inner = HostOnlyManager::new(driver, context, Arc::clone(&resource))
+            .with_reset_hook(move || on_reset.reset().map_err(EmmError::from))
+            .with_defer_cleanup_hook(move || {
+                // A failure here quarantines the plugin; the next request reports it.
+                let _ = on_defer.defer_enter();
+                let scope = Arc::clone(&on_defer);
+                DeferCleanupGuard::new(move || {
+                    let _ = scope.defer_exit();
+                })
+            });
+        PluginManager {
+            name: format!("wasm:{}", resource.plugin()),
+            resource,
+            inner,
+        }
+    }
+
+    /// The sandboxed resource (breaches, statistics, logs).
+    pub fn resource(&self) -> &Arc<PluginResource> {
+        &self.resource
+    }
+
+    /// Device frees the resource refused (a user's bad free) since the last call.
+    ///
+    /// # Errors
+    ///
+    /// The first refusal.
+    pub fn take_device_failures(&self) -> EmmResult<()> {
+        self.inner.take_device_failures()
+    }
+}
+
+impl MemoryManager for PluginManager {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The host side's initialization, then the plugin's start-up (ABI check, `emm_init`);
+    /// calling it again changes nothing.
+    fn initialize(&self) -> EmmResult<()> {
+        self.inner.initialize()?;
+        self.resource.start().map_err(EmmError::from)
+    }
+
+    fn memalloc(&self, size: usize) -> EmmResult<MemoryPointer> {
+        self.inner.memalloc(size)
+    }
+
+    fn memhostalloc(
+        &self,
+        size: usize,
+        mapped: bool,
+        portable: bool,
+        wc: bool,
+    ) -> EmmResult<HostMemory> {
+        self.inner.memhostalloc(size, mapped, portable, wc)
+    }
+
+    fn mempin(
+        &self,
+        owner: Option<PinOwner>,
+        ptr: HostPtr,
+        size: usize,
+        mapped: bool,
+    ) -> EmmResult<HostMemory> {
+        self.inner.mempin(owner, ptr, size, mapped)
+    }
+
+    fn memallocmanaged(&self, size: usize, attach_global: bool) -> EmmResult<ManagedMemory> {
+        self.inner.memallocmanaged(size, attach_global)
+    }
+
+    fn get_memory_info(&self) -> EmmResult<MemoryInfo> {
+        self.inner.get_memory_info()
+    }
+
+    fn get_ipc_handle(&self, memory: &MemoryPointer) -> EmmResult<IpcHandle> {
+        self.inner.get_ipc_handle(memory)
+    }
+
+    /// `emm_reset`, then the host side's reset (which runs even when the plugin fails).
+    fn reset(&self) -> EmmResult<()> {
+        self.inner.reset()
+    }
+
+    /// Defers the host side's pending frees and, inside that, holds an `emm_defer_enter` /
+    /// `emm_defer_exit` scope: the plugin should keep empty chunks until the scope ends.
+    fn defer_cleanup(&self) -> DeferCleanupGuard {
+        self.inner.defer_cleanup()
+    }
+
+    fn interface_version(&self) -> u32 {
+        INTERFACE_VERSION
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::V1
+            .with_managed_memory(true)
+            .with_memory_info(self.resource.memory_info().is_some())
+    }
+}
