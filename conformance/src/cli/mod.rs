@@ -49,6 +49,8 @@ pub const COMMANDS: &[Command] = &[check::COMMAND, list::COMMAND];
 
 /// Runs `emm` with `argv` (without the program name); returns the exit status.
 pub fn main(argv: Vec<String>) -> i32 {
+    // `.wasm` paths (on the command line or in EMM_MEMORY_MANAGER) load through the sandbox.
+    emm_sandbox::install_loader();
     let mut argv = argv.into_iter();
     let Some(name) = argv.next() else {
         eprint!("{}", help());

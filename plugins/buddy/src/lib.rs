@@ -1,6 +1,7 @@
 //! `buddy`: a binary buddy allocator. Blocks are 256 B × 2^order; a chunk is one block of its
-//! order (a request larger than `chunk_bytes` gets a chunk of its own, rounded up to a power
-//! of two). A request takes the lowest free block of the smallest order that fits and splits
+//! order. A request larger than `chunk_bytes` gets a chunk of its own of exactly its size
+//! (rounded to 256 B, not to a power of two, so a large request never needs up to twice its
+//! size), given back when it is freed. A request takes the lowest free block of the smallest order that fits and splits
 //! it; a free merges with its buddy while the buddy is free. Empty chunks are kept until
 //! `trim`/`reset`, or until the upstream runs out outside a `defer_cleanup` scope.
 //!
@@ -48,6 +49,8 @@ pub struct Buddy {
     free: Vec<BTreeSet<u64>>,
     /// Chunks held: handle → order.
     chunks: BTreeMap<u32, usize>,
+    /// Chunks of one large request each: handle → bytes.
+    large: BTreeMap<u32, u64>,
     free_bytes: u64,
     held_bytes: u64,
     deferring: u32,
@@ -60,6 +63,7 @@ impl Buddy {
             chunk_order: order_of(chunk_bytes).ok_or(Error::Invalid)?,
             free: (0..ORDERS).map(|_| BTreeSet::new()).collect(),
             chunks: BTreeMap::new(),
+            large: BTreeMap::new(),
             free_bytes: 0,
             held_bytes: 0,
             deferring: 0,
@@ -76,6 +80,28 @@ impl Buddy {
         }
         self.free_bytes -= block_bytes(order);
         Some(key)
+    }
+
+    /// A chunk of its own for a request above the chunk size.
+    fn alloc_large<U: Upstream>(&mut self, up: &mut U, size: u64) -> Result<Answer, Error> {
+        let bytes = size
+            .div_ceil(GRANULE)
+            .checked_mul(GRANULE)
+            .ok_or(Error::OutOfMemory)?;
+        let chunk = match up.alloc_chunk(bytes, GRANULE) {
+            Ok(c) => c,
+            Err(Error::OutOfMemory) if self.deferring == 0 => {
+                self.trim(up, 0)?;
+                up.alloc_chunk(bytes, GRANULE)?
+            }
+            Err(e) => return Err(e),
+        };
+        self.large.insert(chunk.handle, bytes);
+        self.held_bytes += bytes;
+        Ok(Answer {
+            chunk: chunk.handle,
+            offset: 0,
+        })
     }
 
     fn grow<U: Upstream>(&mut self, up: &mut U, order: usize) -> Result<(), Error> {
@@ -116,6 +142,9 @@ impl Policy for Buddy {
         if req.align > GRANULE {
             return Err(Error::Unsupported);
         }
+        if req.size > block_bytes(self.chunk_order) {
+            return self.alloc_large(up, req.size);
+        }
         let order = order_of(req.size).ok_or(Error::OutOfMemory)?;
         if let Some(key) = self.take(order) {
             return Ok(Answer::from_key(key));
@@ -128,11 +157,20 @@ impl Policy for Buddy {
 
     fn free<U: Upstream>(
         &mut self,
-        _up: &mut U,
+        up: &mut U,
         answer: Answer,
         size: u64,
         _stream: u64,
     ) -> Result<(), Error> {
+        if let Some(&bytes) = self.large.get(&answer.chunk) {
+            if answer.offset != 0 || size.div_ceil(GRANULE) * GRANULE != bytes {
+                return Err(Error::UnknownAllocation);
+            }
+            up.free_chunk(answer.chunk)?;
+            self.large.remove(&answer.chunk);
+            self.held_bytes -= bytes;
+            return Ok(());
+        }
         let mut order = order_of(size).ok_or(Error::Invalid)?;
         let top = *self
             .chunks
