@@ -24,6 +24,7 @@
 //! - [`config`]: [`Config`]: depth, seed (`EMM_SEED`), backend.
 //! - [`backend`]: [`Backend`] and [`Observes`]: where cases run and what is seen there.
 //! - [`sim_backend`]: [`SimBackend`], the simulated GPU.
+//! - [`cuda_backend`]: [`CudaBackend`], the real GPU.
 //! - [`cli`]: the `emm` command-line tool's subcommands.
 
 pub mod assertions;
@@ -31,6 +32,7 @@ pub mod backend;
 pub mod checks;
 pub mod cli;
 pub mod config;
+pub mod cuda_backend;
 pub mod model;
 pub mod replay;
 pub mod report;
@@ -43,6 +45,7 @@ pub mod transition;
 pub use backend::{Backend, Machine, Observes};
 pub use checks::{CheckId, CHECKS};
 pub use config::Config;
+pub use cuda_backend::CudaBackend;
 pub use report::Report;
 pub use runner::check;
 pub use sim_backend::SimBackend;

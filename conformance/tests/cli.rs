@@ -89,3 +89,50 @@ fn help_and_list_name_every_command_check_and_plugin() {
         assert!(l.contains(&format!(" {name}")), "{name} missing from: {l}");
     }
 }
+
+/// Without a GPU, `--backend cuda` is a one-line refusal with exit status 2, never a panic.
+#[test]
+fn the_cuda_backend_without_a_gpu_cannot_run() {
+    if emm_cuda::driver_present() {
+        return; // A GPU machine: the hardware run covers this backend.
+    }
+    assert_eq!(
+        emm("check pool --backend cuda --seed 1 --no-regressions"),
+        EXIT_CANNOT_RUN
+    );
+    let e = emm_conformance::cli::backend("cuda").err().unwrap();
+    assert!(e.contains("no NVIDIA driver") && !e.contains('\n'), "{e}");
+}
+
+/// `emm replay` replays a log and refuses a corrupt one (exit 2, the line number in the
+/// message); `emm bench` runs a workload against a named resource.
+#[test]
+fn replay_and_bench_run_and_refuse_bad_input() {
+    let dir = std::env::temp_dir().join(format!("emm-cli-replay-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let good = dir.join("good.csv");
+    std::fs::write(
+        &good,
+        "Thread,Time,Action,Pointer,Size,Stream\n\
+         1,00:00:00.000001,allocate,0x7f0000000000,4096,0x0\n\
+         1,00:00:00.000002,allocate,0x7f0000100000,1048576,0x0\n\
+         1,00:00:00.000003,free,0x7f0000000000,4096,0x0\n\
+         1,00:00:00.000004,free,0x7f0000100000,1048576,0x0\n",
+    )
+    .unwrap();
+    let path = good.to_string_lossy().to_string();
+    assert_eq!(emm(&format!("replay {path} --resource pool")), EXIT_PASS);
+    assert_eq!(emm(&format!("replay {path} --resource arena --json")), EXIT_PASS);
+    let bad = dir.join("bad.csv");
+    std::fs::write(
+        &bad,
+        "Thread,Time,Action,Pointer,Size,Stream\n1,00:00:00.000001,allocate,zz,4096,0x0\n",
+    )
+    .unwrap();
+    assert_eq!(emm(&format!("replay {}", bad.to_string_lossy())), EXIT_CANNOT_RUN);
+    assert_eq!(emm(&format!("replay {path} --resource nope")), EXIT_CANNOT_RUN);
+    assert_eq!(emm("replay /no/such/log.csv"), EXIT_CANNOT_RUN);
+    assert_eq!(emm("bench --resource pool --workload W1 --passes 1 --json"), EXIT_PASS);
+    assert_eq!(emm("bench --workload W9"), EXIT_CANNOT_RUN);
+    let _ = std::fs::remove_dir_all(&dir);
+}

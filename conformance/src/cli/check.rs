@@ -19,7 +19,7 @@ pub const COMMAND: Command = Command {
 <plugin> is a built-in manager (`emm list` shows them) or the path of a .wasm plugin.
 
 flags:
-  --backend NAME       where to run: sim (the default)
+  --backend NAME       where to run: sim (the default) or cuda (the GPU of this machine)
   --seed N             the run's seed (default: $EMM_SEED, else from the clock)
   --cases N            random cases after the fixed scenarios (default 256)
   --ops N              most operations in a case (default 64)
@@ -41,10 +41,33 @@ fn run(args: Args) -> i32 {
         Ok(Mode::Replay(plugin, backend_name, file, json)) => {
             replay_file(&plugin, backend_name, &file, json)
         }
-        Err(e) => {
+        Err(Refusal::Usage(e)) => {
             eprintln!("emm check: {e}\n\n{}", COMMAND.usage);
             EXIT_CANNOT_RUN
         }
+        Err(Refusal::CannotRun(e)) => {
+            eprintln!("emm check: {e}");
+            EXIT_CANNOT_RUN
+        }
+    }
+}
+
+/// Why a check does not start: a wrong command line (the usage follows), or a backend that
+/// cannot run here (one line).
+enum Refusal {
+    Usage(String),
+    CannotRun(String),
+}
+
+impl From<String> for Refusal {
+    fn from(e: String) -> Self {
+        Refusal::Usage(e)
+    }
+}
+
+impl From<&str> for Refusal {
+    fn from(e: &str) -> Self {
+        Refusal::Usage(e.to_string())
     }
 }
 
@@ -53,7 +76,7 @@ enum Mode {
     Replay(String, Option<String>, PathBuf, bool),
 }
 
-fn parse(mut a: Args) -> Result<Mode, String> {
+fn parse(mut a: Args) -> Result<Mode, Refusal> {
     let json = a.flag("--json");
     let no_color = a.flag("--no-color");
     let backend_name = a.value("--backend")?;
@@ -75,11 +98,16 @@ fn parse(mut a: Args) -> Result<Mode, String> {
         Some(s) => s,
         None => seed_from(std::env::var(SEED_VAR).ok().as_deref())?,
     };
-    let mut config = Config::new(seed).backend(backend(backend_name.as_deref().unwrap_or("sim"))?);
+    let backend = backend(backend_name.as_deref().unwrap_or("sim")).map_err(Refusal::CannotRun)?;
+    let mut config = Config::new(seed).backend(backend);
     config.cases = cases.unwrap_or(config.cases);
     config.max_ops = ops.unwrap_or(config.max_ops).max(1);
     if let Some(t) = threads {
         config = config.threads(t);
+    }
+    if config.backend.name() == "cuda" {
+        // One GPU: cases one at a time, so memory-info checks see only their own plugin.
+        config = config.threads(1);
     }
     if !no_dir {
         config = config.regressions(dir.unwrap_or_else(|| DEFAULT_REGRESSIONS.to_string()));

@@ -9,11 +9,15 @@
 //! - [`progress`]: the progress bar and colours, on stderr, by hand.
 //! - [`check`]: `emm check <plugin>`.
 //! - [`list`]: `emm list`.
+//! - [`replay`]: `emm replay <log.csv>`.
+//! - [`bench`]: `emm bench`.
 
 pub mod args;
+pub mod bench;
 pub mod check;
 pub mod list;
 pub mod progress;
+pub mod replay;
 
 use std::sync::Arc;
 
@@ -21,6 +25,7 @@ use emm_core::contract::selection::{current_factory_with_env, manager_names};
 use emm_core::contract::ManagerFactory;
 
 use crate::backend::Backend;
+use crate::cuda_backend::CudaBackend;
 use crate::sim_backend::SimBackend;
 pub use args::Args;
 
@@ -45,7 +50,12 @@ pub struct Command {
 }
 
 /// Every subcommand, in the order `emm help` lists them.
-pub const COMMANDS: &[Command] = &[check::COMMAND, list::COMMAND];
+pub const COMMANDS: &[Command] = &[
+    check::COMMAND,
+    list::COMMAND,
+    replay::COMMAND,
+    bench::COMMAND,
+];
 
 /// Runs `emm` with `argv` (without the program name); returns the exit status.
 pub fn main(argv: Vec<String>) -> i32 {
@@ -105,7 +115,7 @@ pub fn resolve_plugin(plugin: &str) -> Result<Arc<dyn ManagerFactory>, String> {
 }
 
 /// The backends `--backend` takes.
-pub const BACKENDS: &[&str] = &["sim"];
+pub const BACKENDS: &[&str] = &["sim", "cuda"];
 
 /// The backend named `name`.
 ///
@@ -115,8 +125,9 @@ pub const BACKENDS: &[&str] = &["sim"];
 pub fn backend(name: &str) -> Result<Arc<dyn Backend>, String> {
     match name {
         "sim" => Ok(Arc::new(SimBackend::new())),
+        "cuda" => CudaBackend::open().map(|b| Arc::new(b) as Arc<dyn Backend>),
         other => Err(format!(
-            "no backend {other:?}; this build has: {} (the cuda backend arrives with hardware support)",
+            "no backend {other:?}; this build has: {}",
             BACKENDS.join(", ")
         )),
     }

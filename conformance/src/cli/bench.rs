@@ -1,0 +1,158 @@
+//! `emm bench`: the standard workloads (`shared/workloads.md`) against named resources, on the
+//! simulated GPU or the real one, as a table or one JSON object per (resource, workload).
+
+use std::sync::Arc;
+
+use emm_core::mr::bench::{self, BenchConfig, BenchResult};
+use emm_core::mr::named::{self, NAMED_RESOURCES};
+use emm_core::workloads;
+use emm_core::Driver;
+use emm_sim::{SimConfig, SimDriver, GIB};
+
+use super::{Args, Command, EXIT_CANNOT_RUN, EXIT_FAIL, EXIT_PASS};
+
+/// `emm bench`.
+pub const COMMAND: Command = Command {
+    name: "bench",
+    summary: "time the standard workloads W1-W3 against named resources (emm bench --json)",
+    usage: "usage: emm bench [flags]
+
+Replays the standard workloads against each resource the peers' way: one stream, one
+untimed warm-up pass, the median of the timed passes, ns per operation; and memory held
+from the device at peak over peak live bytes.
+
+flags:
+  --backend NAME     sim (the default: 80 GiB, contents tracking off) or cuda (this GPU)
+  --resource LIST    comma-separated names (default: all of pool, arena, binning, async,
+                     managed, cuda)
+  --workload LIST    comma-separated W1, W2, W3 (default: all)
+  --passes N         timed passes (default 3)
+  --json             one JSON object per line: resource, workload, ops, ns_per_op,
+                     peak_held_bytes, peak_live_bytes, backend, device
+",
+    run,
+};
+
+fn list(v: Option<String>, all: &[&str]) -> Vec<String> {
+    match v {
+        Some(s) => s
+            .split(',')
+            .map(|x| x.trim().to_string())
+            .filter(|x| !x.is_empty())
+            .collect(),
+        None => all.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
+fn run(mut a: Args) -> i32 {
+    let parsed = (|| -> Result<_, String> {
+        let backend = a.value("--backend")?.unwrap_or_else(|| "sim".into());
+        let resources = list(
+            a.value("--resource")?,
+            &NAMED_RESOURCES.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
+        );
+        let names = list(a.value("--workload")?, &workloads::NAMES);
+        let passes = a.number::<usize>("--passes")?.unwrap_or(3).max(1);
+        let json = a.flag("--json");
+        a.finish()?;
+        let mut wl = Vec::new();
+        for n in &names {
+            wl.push(
+                workloads::by_name(n)
+                    .ok_or_else(|| format!("no workload {n:?}; known: W1, W2, W3"))?,
+            );
+        }
+        Ok((backend, resources, wl, passes, json))
+    })();
+    let (backend, resources, wl, passes, json) = match parsed {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("emm bench: {e}\n\n{}", COMMAND.usage);
+            return EXIT_CANNOT_RUN;
+        }
+    };
+    let cuda = match backend.as_str() {
+        "sim" => None,
+        "cuda" => match emm_cuda::CudaDriver::new() {
+            Ok(d) => Some(Arc::new(d) as Arc<dyn Driver>),
+            Err(e) => {
+                eprintln!("emm bench: {e}");
+                return EXIT_CANNOT_RUN;
+            }
+        },
+        other => {
+            eprintln!("emm bench: no backend {other:?}; use sim or cuda");
+            return EXIT_CANNOT_RUN;
+        }
+    };
+    let config = BenchConfig {
+        timed_passes: passes,
+        ..BenchConfig::default()
+    };
+    if !json {
+        println!(
+            "{:<10} {:<4} {:>9} {:>11} {:>14}",
+            "resource", "wl", "ops", "ns/op", "held/live"
+        );
+    }
+    let mut failed = false;
+    for r in &resources {
+        for w in &wl {
+            // A fresh simulated GPU per run; the real one is shared (and must be idle).
+            let driver: Arc<dyn Driver> = match &cuda {
+                Some(d) => Arc::clone(d),
+                None => match SimDriver::new(
+                    SimConfig::new(1)
+                        .memory_per_device(80 * GIB)
+                        .track_contents(false)
+                        .record_trace(false),
+                ) {
+                    Ok(d) => Arc::new(d),
+                    Err(e) => {
+                        eprintln!("emm bench: {e}");
+                        return EXIT_CANNOT_RUN;
+                    }
+                },
+            };
+            let device = driver
+                .current_context()
+                .and_then(|c| driver.context_device(c))
+                .and_then(|d| driver.device_properties(d))
+                .map(|p| p.name)
+                .unwrap_or_default();
+            let build = || named::build(r, Arc::clone(&driver));
+            match bench::run(&*driver, build, r, w, &config) {
+                Ok(res) => print_result(&res, &backend, &device, json),
+                Err(e) => {
+                    failed = true;
+                    eprintln!("emm bench: {r} on {}: {e}", w.name);
+                }
+            }
+        }
+    }
+    if failed {
+        EXIT_FAIL
+    } else {
+        EXIT_PASS
+    }
+}
+
+fn print_result(r: &BenchResult, backend: &str, device: &str, json: bool) {
+    if json {
+        let mut v: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap_or_default();
+        if let Some(o) = v.as_object_mut() {
+            o.insert("backend".into(), backend.into());
+            o.insert("device".into(), device.into());
+        }
+        println!("{v}");
+    } else {
+        println!(
+            "{:<10} {:<4} {:>9} {:>11.1} {:>14.3}",
+            r.resource,
+            r.workload,
+            r.ops,
+            r.ns_per_op,
+            r.held_over_live()
+        );
+    }
+}
