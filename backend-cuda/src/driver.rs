@@ -34,6 +34,8 @@ struct Dev {
 
 #[derive(Default)]
 struct Handles {
+    /// Live device allocations this driver made (`cuMemAlloc`, stream-ordered): base → bytes.
+    device: BTreeMap<u64, usize>,
     streams: BTreeMap<u64, u32>,
     events: BTreeSet<u64>,
     pools: BTreeMap<u64, u32>,
@@ -104,6 +106,47 @@ impl CudaDriver {
         };
         driver.ensure_context()?;
         Ok(driver)
+    }
+
+    /// Device memory held through this driver: live allocations it made (device, stream-ordered
+    /// and managed) plus what the pools it created keep in reserve beyond what they hand out
+    /// (devices' default pools are left out: the driver itself draws on them). Unlike
+    /// `cuMemGetInfo` this ignores the driver's own lazy allocations, so a leak check can use it.
+    ///
+    /// # Errors
+    ///
+    /// Reading a pool's attributes failed.
+    pub fn allocated_bytes(&self) -> DriverResult<u64> {
+        let (live, pools): (u64, Vec<u64>) = {
+            let h = self.lock();
+            let live = h
+                .device
+                .values()
+                .chain(h.host.managed.values())
+                .map(|n| *n as u64)
+                .sum();
+            let pools = h.pools.keys().copied().collect();
+            (live, pools)
+        };
+        let mut spare = 0;
+        for p in pools {
+            let u = self.mem_pool_usage(MemPoolId(p))?;
+            spare += u.reserved.saturating_sub(u.used);
+        }
+        Ok(live + spare)
+    }
+
+    /// Live device and managed allocations made through this driver, lowest address first.
+    pub fn live_allocations(&self) -> Vec<(DevicePtr, usize)> {
+        let h = self.lock();
+        let mut v: Vec<(DevicePtr, usize)> = h
+            .device
+            .iter()
+            .chain(h.host.managed.iter())
+            .map(|(p, n)| (DevicePtr(*p), *n))
+            .collect();
+        v.sort();
+        v
     }
 
     fn lock(&self) -> MutexGuard<'_, Handles> {
@@ -307,14 +350,18 @@ impl Driver for CudaDriver {
             return Err(zero("cuMemAlloc"));
         }
         self.ensure_context()?;
-        mem::alloc(size).map(DevicePtr)
+        let p = mem::alloc(size)?;
+        self.lock().device.insert(p, size);
+        Ok(DevicePtr(p))
     }
 
     fn mem_free(&self, ptr: DevicePtr) -> DriverResult<()> {
         self.ensure_context()?;
         let r = mem::free(ptr.0);
         if r.is_ok() {
-            self.lock().host.managed.remove(&ptr.0);
+            let mut h = self.lock();
+            h.host.managed.remove(&ptr.0);
+            h.device.remove(&ptr.0);
         }
         r
     }
@@ -325,7 +372,9 @@ impl Driver for CudaDriver {
         }
         let raw = self.stream(s)?;
         self.ensure_context()?;
-        mem::alloc_async(size, raw).map(DevicePtr)
+        let p = mem::alloc_async(size, raw)?;
+        self.lock().device.insert(p, size);
+        Ok(DevicePtr(p))
     }
 
     fn mem_alloc_from_pool_async(
@@ -339,13 +388,19 @@ impl Driver for CudaDriver {
         }
         let (raw, p) = (self.stream(s)?, self.pool(pool)?);
         self.ensure_context()?;
-        mem::alloc_from_pool_async(size, p, raw).map(DevicePtr)
+        let ptr = mem::alloc_from_pool_async(size, p, raw)?;
+        self.lock().device.insert(ptr, size);
+        Ok(DevicePtr(ptr))
     }
 
     fn mem_free_async(&self, ptr: DevicePtr, s: StreamId) -> DriverResult<()> {
         let raw = self.stream(s)?;
         self.ensure_context()?;
-        mem::free_async(ptr.0, raw)
+        mem::free_async(ptr.0, raw)?;
+        let mut h = self.lock();
+        h.device.remove(&ptr.0);
+        h.host.managed.remove(&ptr.0);
+        Ok(())
     }
 
     fn mem_pool_create(&self, d: DeviceId) -> DriverResult<MemPoolId> {

@@ -14,8 +14,22 @@ fn check(call: &'static str, r: sys::CUresult, asked: impl FnOnce() -> String) -
     check_code(call, r as i32, asked)
 }
 
+/// Whether `EMM_CUDA_TRACE=1` asked for every driver call to be printed on stderr.
+fn tracing() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("EMM_CUDA_TRACE").is_some_and(|v| v == "1"))
+}
+
 /// As [`check`], for a code already read as a number.
 fn check_code(call: &'static str, code: i32, asked: impl FnOnce() -> String) -> DriverResult<()> {
+    if tracing() {
+        let detail = asked();
+        eprintln!("cuda: {call} ({detail}) -> {}", CudaCode(code));
+        if code == 0 {
+            return Ok(());
+        }
+        return Err(DriverError::new(call, CudaCode(code), detail));
+    }
     if code == 0 {
         return Ok(());
     }

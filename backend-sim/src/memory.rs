@@ -312,6 +312,19 @@ impl State {
         };
         self.pools.get_mut(&pool).expect("checked").used += block_size;
         self.insert_alloc(base, size, block_size, Kind::PoolBlock { device, pool }, p);
+        // The allocation happens in stream order: until another stream (or the host) is ordered
+        // after it, the memory may not even be mapped there (a real GPU faults).
+        let (actor, epoch) = self.enqueue(p, s, 0);
+        self.check_races(
+            base,
+            base,
+            base + size,
+            actor,
+            epoch,
+            true,
+            "cuMemAllocAsync",
+            Who::Stream(s),
+        );
         Ok(base)
     }
 
@@ -1024,11 +1037,13 @@ impl State {
         if src.is_empty() {
             return Ok(());
         }
-        let target = self.access(p, Who::Stream(s), dst, src.len() as u64, true, false, ns)?;
-        self.write_bytes(target, src);
+        // CUDA's synchronous form from pageable memory waits for the stream's earlier work,
+        // stages the bytes and returns: the copy itself may still be in flight.
         if sync {
             self.host_wait_stream(p, s);
         }
+        let target = self.access(p, Who::Stream(s), dst, src.len() as u64, true, false, ns)?;
+        self.write_bytes(target, src);
         Ok(())
     }
 
@@ -1075,9 +1090,8 @@ impl State {
             self.read_bytes(from, &mut buf);
             self.write_bytes(to, &buf);
         }
-        if sync {
-            self.host_wait_stream(p, s);
-        }
+        // A device-to-device copy never synchronizes the host, even in its synchronous form.
+        let _ = sync;
         Ok(())
     }
 
@@ -1095,9 +1109,15 @@ impl State {
         if size == 0 {
             return Ok(());
         }
-        let target = self.access(p, Who::Stream(s), dst, size, true, false, ns)?;
+        // cuMemsetD8 runs as a kernel: it needs device-accessible memory (a host range only
+        // while it is mapped), faults managed pages over, and needs peer access across devices.
+        let target = self.access(p, Who::Stream(s), dst, size, true, true, ns)?;
         self.fill_bytes(target, value, size);
-        if sync {
+        // cuMemsetD8 is asynchronous with respect to the host unless it sets pinned host memory.
+        let pinned = self
+            .containing(target)
+            .is_some_and(|(_, a)| matches!(a.kind, Kind::Pinned { .. }));
+        if sync && pinned {
             self.host_wait_stream(p, s);
         }
         Ok(())

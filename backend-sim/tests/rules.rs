@@ -223,6 +223,8 @@ fn an_event_wait_orders_streams() {
     // Reads on two streams never race with each other.
     let b = g.mem_alloc(64).unwrap();
     g.memset_d8(b, 7, 64, None).unwrap();
+    // cuMemsetD8 is asynchronous with respect to the host: wait for it.
+    g.stream_synchronize(StreamId::DEFAULT).unwrap();
     g.device_access(b, 64, s1, false).unwrap();
     g.device_access(b, 64, s2, false).unwrap();
     assert_eq!(g.report().races().count(), 1, "{}", g.report());
@@ -293,7 +295,8 @@ fn freeing_on_one_stream_while_another_uses_the_block_is_a_race() {
     let p = g.mem_alloc_async(4096, a).unwrap();
     g.memset_d8(p, 0, 4096, Some(b)).unwrap();
     g.mem_free_async(p, a).unwrap();
-    assert_eq!(g.report().races().count(), 1, "{}", g.report());
+    // The memset on b is ordered neither after the allocation on a nor before the free on a.
+    assert_eq!(g.report().races().count(), 2, "{}", g.report());
 }
 
 #[test]
@@ -845,6 +848,8 @@ fn opening_an_ipc_handle_happens_after_making_it() {
     let importer = exporter.process();
     let a = exporter.mem_alloc(4096).unwrap();
     exporter.memcpy_htod(a, &[1; 4096], None).unwrap();
+    // The copy may still be in flight when cuMemcpyHtoD returns: finish it before exporting.
+    exporter.stream_synchronize(StreamId::DEFAULT).unwrap();
     let h = exporter.ipc_get_mem_handle(a).unwrap();
     let opened = importer.ipc_open_mem_handle(&h).unwrap();
     importer.memcpy_dtoh(&mut [0; 4096], opened, None).unwrap();
@@ -921,6 +926,34 @@ fn each_thread_has_its_own_per_thread_default_stream() {
     assert!(
         g.report().nothing_held(),
         "per-thread streams are not leaks: {}",
+        g.report()
+    );
+}
+
+#[test]
+fn stream_ordered_memory_is_usable_elsewhere_only_after_its_allocation() {
+    let g = gpu();
+    let (a, b) = (
+        g.stream_create(true).unwrap(),
+        g.stream_create(true).unwrap(),
+    );
+    let p = g.mem_alloc_async(4096, a).unwrap();
+    g.memset_d8(p, 1, 4096, Some(a)).unwrap();
+    assert_eq!(g.report().races().count(), 0, "same stream: {}", g.report());
+    let q = g.mem_alloc_async(4096, a).unwrap();
+    g.memset_d8(q, 1, 4096, Some(b)).unwrap();
+    let races: Vec<String> = g.report().races().map(ToString::to_string).collect();
+    assert_eq!(races.len(), 1, "{races:?}");
+    assert!(races[0].contains("cuMemAllocAsync"), "{races:?}");
+    let e = g.event_create().unwrap();
+    let r = g.mem_alloc_async(4096, a).unwrap();
+    g.event_record(e, a).unwrap();
+    g.stream_wait_event(b, e).unwrap();
+    g.memset_d8(r, 1, 4096, Some(b)).unwrap();
+    assert_eq!(
+        g.report().races().count(),
+        1,
+        "ordered after the allocation: {}",
         g.report()
     );
 }

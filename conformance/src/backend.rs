@@ -135,6 +135,16 @@ pub trait Machine: Send + Sync {
     fn held(&self) -> Option<Held>;
     /// A hash of every driver call so far, where the backend keeps one (determinism check).
     fn trace_hash(&self) -> Option<u64>;
+    /// Device bytes held by allocations made through the driver (allocations, managed memory,
+    /// driver pools' reserves), where the backend counts them itself; `None` falls back to
+    /// the driver's free memory.
+    fn device_bytes_in_use(&self) -> Option<u64> {
+        None
+    }
+    /// The device allocations still live, where the backend counts them (for a leak's message).
+    fn describe_in_use(&self) -> Option<String> {
+        None
+    }
 }
 
 /// Where cases run: makes one [`Machine`] per case.

@@ -79,4 +79,25 @@ impl Machine for CudaMachine {
     fn trace_hash(&self) -> Option<u64> {
         None
     }
+
+    fn device_bytes_in_use(&self) -> Option<u64> {
+        self.driver.allocated_bytes().ok()
+    }
+
+    fn describe_in_use(&self) -> Option<String> {
+        let live = self.driver.live_allocations();
+        let shown: Vec<String> = live
+            .iter()
+            .take(8)
+            .map(|(p, n)| format!("{p} ({})", emm_core::units::Bytes(*n as u64)))
+            .collect();
+        let total = self.driver.allocated_bytes().unwrap_or(0);
+        let in_live: u64 = live.iter().map(|(_, n)| *n as u64).sum();
+        Some(format!(
+            "{} live: {}; driver pools hold {} beyond what they hand out",
+            live.len(),
+            shown.join(", "),
+            emm_core::units::Bytes(total.saturating_sub(in_live))
+        ))
+    }
 }

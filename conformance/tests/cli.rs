@@ -122,17 +122,29 @@ fn replay_and_bench_run_and_refuse_bad_input() {
     .unwrap();
     let path = good.to_string_lossy().to_string();
     assert_eq!(emm(&format!("replay {path} --resource pool")), EXIT_PASS);
-    assert_eq!(emm(&format!("replay {path} --resource arena --json")), EXIT_PASS);
+    assert_eq!(
+        emm(&format!("replay {path} --resource arena --json")),
+        EXIT_PASS
+    );
     let bad = dir.join("bad.csv");
     std::fs::write(
         &bad,
         "Thread,Time,Action,Pointer,Size,Stream\n1,00:00:00.000001,allocate,zz,4096,0x0\n",
     )
     .unwrap();
-    assert_eq!(emm(&format!("replay {}", bad.to_string_lossy())), EXIT_CANNOT_RUN);
-    assert_eq!(emm(&format!("replay {path} --resource nope")), EXIT_CANNOT_RUN);
+    assert_eq!(
+        emm(&format!("replay {}", bad.to_string_lossy())),
+        EXIT_CANNOT_RUN
+    );
+    assert_eq!(
+        emm(&format!("replay {path} --resource nope")),
+        EXIT_CANNOT_RUN
+    );
     assert_eq!(emm("replay /no/such/log.csv"), EXIT_CANNOT_RUN);
-    assert_eq!(emm("bench --resource pool --workload W1 --passes 1 --json"), EXIT_PASS);
+    assert_eq!(
+        emm("bench --resource pool --workload W1 --passes 1 --json"),
+        EXIT_PASS
+    );
     assert_eq!(emm("bench --workload W9"), EXIT_CANNOT_RUN);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -6,6 +6,7 @@
 //!   the `.wasm` files to `target/wasm/`, where the sandbox's tests and benchmarks find them.
 //! - `demo [args...]`: the simulated GPU's scripted demo (`emm-sim`'s `demo` example).
 //! - `bench`: the benchmarks.
+//! - `hardware [--bundle-only]`: the GPU bundle (see [`hardware`]), run here if there is a GPU.
 //! - `help`: the usage text.
 //!
 //! Progress lines (`==> step`) and errors go to stderr, so a command's own output on stdout stays
@@ -16,6 +17,8 @@ use std::ffi::OsString;
 use std::io;
 use std::path::PathBuf;
 use std::process::{Command, ExitCode, Stdio};
+
+mod hardware;
 
 /// The usage text for `help`, no arguments, or a bad command line.
 const USAGE: &str = "\
@@ -31,6 +34,10 @@ commands:
   demo [args...]   run the simulated GPU through a scripted workload (emm-sim's demo example);
                    args are passed to the demo
   bench            run the benchmarks (emm-sim)
+  hardware [--bundle-only]
+                   build target/hardware/ (release emm, smoke tests, wasm plugins, the peers,
+                   run.sh) and, on a GPU machine, run it: the conformance suite on the
+                   simulator then the GPU, the workloads beside the peers, report.md
   help             print this text";
 
 /// The rustup targets `test` installs: the sandbox's plugin ABI and WASI builds.
@@ -76,6 +83,16 @@ fn main() -> ExitCode {
             "wasm" => no_args("wasm", &rest).unwrap_or_else(|| result(wasm())),
             "demo" => result(demo(&rest)),
             "bench" => no_args("bench", &rest).unwrap_or_else(|| result(bench())),
+            "hardware" => match rest
+                .iter()
+                .map(|a| a.to_string_lossy())
+                .collect::<Vec<_>>()
+                .as_slice()
+            {
+                [] => result(hardware::hardware(false)),
+                [flag] if flag == "--bundle-only" => result(hardware::hardware(true)),
+                _ => Outcome::Usage("`hardware` takes only --bundle-only".to_owned()),
+            },
             other => Outcome::Usage(format!("unknown command `{other}`")),
         },
     };

@@ -124,6 +124,8 @@ pub struct Sut {
     pageable: Vec<(HostPtr, usize)>,
     next_buffer: u32,
     baseline_free: u64,
+    /// Device bytes the backend counted in use before the manager was made, where it counts.
+    baseline_in_use: Option<u64>,
     seen: usize,
     step: usize,
     op: Option<Op>,
@@ -177,6 +179,7 @@ impl Sut {
             .mem_get_info()
             .map(|i| i.free)
             .map_err(|e| Err(SetupError(format!("cuMemGetInfo failed: {e}"))))?;
+        let baseline_in_use = machine.device_bytes_in_use();
         drop(harness);
         let target = ManagerTarget {
             driver: driver.clone(),
@@ -218,6 +221,7 @@ impl Sut {
             pageable: Vec::new(),
             next_buffer: 0,
             baseline_free,
+            baseline_in_use,
             seen: 0,
             step: 0,
             op: None,
