@@ -1,0 +1,43 @@
+//! Unified memory: the caching managed allocator with move-instead-of-copy that the PyTorch
+//! RFC "Unified Memory for PyTorch" proposes (`shared/seeds/003_…`), for any Rust or C caller.
+//!
+//! Modules:
+//! - [`caching`]: [`CachingManagedAllocator`], managed segments carved by the pool's heap,
+//!   cached with per-stream free lists, advised once per segment.
+//! - [`options`]: [`CachingManagedOptions`] (rounding, segment sizes) and [`ManagedLimit`].
+//! - [`hints`]: [`Placement`], the RFC's `cuMemAdvise` hints for device, host and plain
+//!   managed allocations.
+//! - [`buffer`]: [`ManagedBuffer`], `is_managed`, `to` (move, not copy), `manage`,
+//!   `unmanage`.
+//! - [`to_options`]: [`ToOptions`], what a conversion changes besides the location.
+//! - `storage`: the memory behind `ManagedBuffer` handles, returned when the last goes.
+//! - [`manager`]: [`UnifiedManager`], a context's manager with unified memory on.
+//! - [`enable`]: [`set_enabled_unified_memory`], `EMM_ENABLE_UNIFIED_MEMORY`, the options of
+//!   new contexts and the seam into `selection::create_manager`.
+//! - [`stats`]: [`CachingStats`].
+//! - [`error`]: [`UnifiedError`].
+
+pub mod buffer;
+pub mod caching;
+pub mod enable;
+pub mod error;
+pub mod hints;
+pub mod manager;
+pub mod options;
+pub mod stats;
+mod storage;
+pub mod to_options;
+
+pub use buffer::ManagedBuffer;
+pub use caching::CachingManagedAllocator;
+pub use enable::{
+    check_unified_memory_support, context_allocator, get_enabled_unified_memory, resolve_enabled,
+    set_enabled_unified_memory, set_unified_memory_options, unified_memory_options,
+    wrap_if_enabled, UNIFIED_MEMORY_ENV_VAR,
+};
+pub use error::UnifiedError;
+pub use hints::Placement;
+pub use manager::UnifiedManager;
+pub use options::{CachingManagedOptions, ManagedLimit, MANAGED_FREE_FRACTION};
+pub use stats::CachingStats;
+pub use to_options::ToOptions;
