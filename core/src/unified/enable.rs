@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 
 use crate::contract::{Context, EmmResult, ManagerTarget, MemoryManager};
-use crate::driver::{ContextId, DeviceId, Driver};
+use crate::driver::{DeviceId, Driver};
 use crate::unified::caching::CachingManagedAllocator;
 use crate::unified::error::UnifiedError;
 use crate::unified::manager::UnifiedManager;
@@ -32,8 +32,8 @@ pub const UNIFIED_MEMORY_ENV_VAR: &str = "EMM_ENABLE_UNIFIED_MEMORY";
 static ENABLED: AtomicBool = AtomicBool::new(false);
 static OPTIONS: RwLock<CachingManagedOptions> = RwLock::new(CachingManagedOptions::DEFAULT);
 
-/// The allocators the switch made, by driver object and context, for [`context_allocator`].
-type Made = Vec<(usize, ContextId, Weak<CachingManagedAllocator>)>;
+/// The allocators the switch made, by the address of their manager, for [`context_allocator`].
+type Made = Vec<(usize, Weak<CachingManagedAllocator>)>;
 static MADE: Mutex<Made> = Mutex::new(Vec::new());
 
 /// Turns unified memory on or off for contexts created from now on (the RFC's
@@ -114,9 +114,9 @@ pub fn check_unified_memory_support(
     }
 }
 
-/// Identifies a driver object by address (contexts of different drivers may share ids).
-fn driver_key(driver: &dyn Driver) -> usize {
-    std::ptr::from_ref(driver).cast::<()>() as usize
+/// Identifies a manager by address: a context owns its manager in a box that never moves.
+fn manager_key(manager: &dyn MemoryManager) -> usize {
+    std::ptr::from_ref(manager).cast::<()>() as usize
 }
 
 /// `manager` wrapped in a [`UnifiedManager`] when the switch is on (the seam
@@ -139,30 +139,31 @@ pub fn wrap_if_enabled(
         target.device,
         unified_memory_options(),
     )?);
+    let weak = Arc::downgrade(&alloc);
+    let wrapped: Box<dyn MemoryManager> =
+        Box::new(UnifiedManager::new(manager, alloc, target.context));
+    let key = manager_key(&*wrapped);
     let mut made = MADE.lock().unwrap_or_else(|e| e.into_inner());
-    made.retain(|(_, _, w)| w.strong_count() > 0);
-    made.push((
-        driver_key(&*target.driver),
-        target.context,
-        Arc::downgrade(&alloc),
-    ));
-    drop(made);
-    Ok(Box::new(UnifiedManager::new(
-        manager,
-        alloc,
-        target.context,
-    )))
+    // A manager at this address before was dropped: its entry is stale.
+    made.retain(|(k, w)| *k != key && w.strong_count() > 0);
+    made.push((key, weak));
+    Ok(wrapped)
 }
 
 /// The caching allocator behind `context`, when it was created with unified memory on (so
 /// that `ManagedBuffer`s share the context's cache).
 pub fn context_allocator<D: Driver>(context: &Context<D>) -> Option<Arc<CachingManagedAllocator>> {
-    let key = driver_key(&**context.driver());
+    let manager = context.manager();
+    // Only a UnifiedManager registers; another manager may since live at a freed address.
+    if !manager.name().starts_with(UnifiedManager::NAME_PREFIX) {
+        return None;
+    }
+    let key = manager_key(manager);
     let made = MADE.lock().unwrap_or_else(|e| e.into_inner());
     made.iter()
         .rev()
-        .find(|(k, c, _)| *k == key && *c == context.id())
-        .and_then(|(_, _, w)| w.upgrade())
+        .find(|(k, _)| *k == key)
+        .and_then(|(_, w)| w.upgrade())
 }
 
 #[cfg(test)]

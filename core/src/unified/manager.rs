@@ -72,6 +72,9 @@ pub struct UnifiedManager {
 }
 
 impl UnifiedManager {
+    /// How its name starts: `UnifiedManager over DefaultManager`.
+    pub const NAME_PREFIX: &'static str = "UnifiedManager over ";
+
     /// `inner`'s context served by `alloc` (which must serve that context's device).
     pub fn new(
         inner: Box<dyn MemoryManager>,
@@ -81,7 +84,7 @@ impl UnifiedManager {
         let sink: Arc<dyn DeallocSink> = Arc::new(CacheSink {
             alloc: Arc::clone(&alloc),
         });
-        let name = format!("UnifiedManager over {}", inner.name());
+        let name = format!("{}{}", Self::NAME_PREFIX, inner.name());
         UnifiedManager {
             inner,
             alloc,

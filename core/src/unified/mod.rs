@@ -14,8 +14,8 @@
 //! - [`manager`]: [`UnifiedManager`], a context's manager with unified memory on.
 //! - [`enable`]: [`set_enabled_unified_memory`], `EMM_ENABLE_UNIFIED_MEMORY`, the options of
 //!   new contexts and the seam into `selection::create_manager`.
-//! - [`stats`]: [`CachingStats`].
-//! - [`error`]: [`UnifiedError`].
+//! - [`stats`]: [`CachingStats`], the allocator's counters.
+//! - [`error`]: [`UnifiedError`], every failure of unified memory.
 
 pub mod buffer;
 pub mod caching;
