@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use emm_core::mr::DeviceMemoryResource;
 use emm_core::unified::{
-    CachingManagedAllocator, CachingManagedOptions, ManagedLimit, Placement, UnifiedError,
+    CachingManagedAllocator, CachingManagedOptions, GiveBack, ManagedLimit, Placement, UnifiedError,
 };
 use emm_core::{CudaCode, DeviceId, DevicePtr, Driver, Location, StreamId};
 use emm_sim::{CallKind, Fault, SimConfig, SimDriver, GIB, MIB};
@@ -62,11 +62,20 @@ fn frees_never_reach_the_driver_and_reuse_is_a_cache_hit() {
 }
 
 /// PyTorch's sizes as the RFC's starting point: 512-byte rounding, 2 MiB small segments for
-/// requests up to 1 MiB, 20 MiB large segments, a segment of its own from 10 MiB.
+/// requests up to 1 MiB, 20 MiB large segments (emm's default: 128 MiB), a segment of its own
+/// from 10 MiB.
 #[test]
 fn segments_and_rounding_start_from_pytorchs() {
     let g = gpu(GIB);
-    let cache = cache_on(&g, ManagedLimit::Oversubscribe);
+    let default = cache_on(&g, ManagedLimit::Oversubscribe);
+    let p = default.allocate_placed(3 << 20, DEV, S0).unwrap();
+    assert_eq!(segment_of(&g, p), 128 * MIB);
+    default.free(p, 3 << 20, S0).unwrap();
+    let driver: Arc<dyn Driver> = Arc::new(g.clone());
+    let pytorch = CachingManagedOptions::default()
+        .limit(ManagedLimit::Oversubscribe)
+        .segments(2 << 20, 20 << 20);
+    let cache = CachingManagedAllocator::new(driver, DeviceId(0), pytorch).unwrap();
     let a = cache.allocate_placed(1000, DEV, S0).unwrap();
     let b = cache.allocate_placed(1, DEV, S0).unwrap();
     assert_eq!(b.0 - a.0, 1024, "1000 bytes round to 1024");
@@ -277,11 +286,49 @@ fn oversubscription_is_allowed_and_evicts_to_the_host() {
     let st = g.managed_stats();
     assert_eq!((st.faults, st.migrated_to_device), (512, 32 * MIB));
     assert_eq!(g.residency(blocks[0]), Some(Location::Device(DeviceId(0))));
-    for p in blocks {
+    // Holding more than the device has, an emptied segment goes back to the driver: cached,
+    // its evicted pages would migrate back when the next user first touches them.
+    cache.free(blocks[0], 32 << 20, S0).unwrap();
+    assert_eq!(cache.stats().segments_freed, 1);
+    assert_eq!(cache.stats().held_bytes, 96 * MIB);
+    for &p in &blocks[1..] {
         cache.free(p, 32 << 20, S0).unwrap();
     }
-    assert_eq!(cache.release().unwrap(), 128 * MIB);
+    assert_eq!(
+        cache.stats().held_bytes,
+        64 * MIB,
+        "no longer oversubscribed: cached"
+    );
+    assert_eq!(cache.release().unwrap(), 64 * MIB);
     assert_eq!(g.device_memory_used(DeviceId(0)), 0);
+}
+
+/// `GiveBack::Displaced` gives back a segment emptied by a block that was moved away from its
+/// pool's location; `GiveBack::Never` (PyTorch's policy) keeps it.
+#[test]
+fn a_segment_emptied_by_a_moved_block_goes_back_unless_never() {
+    for (give_back, kept) in [(GiveBack::Displaced, 0), (GiveBack::Never, 1)] {
+        let g = gpu(GIB);
+        let driver: Arc<dyn Driver> = Arc::new(g.clone());
+        let options = CachingManagedOptions::default()
+            .limit(ManagedLimit::Oversubscribe)
+            .give_back(give_back);
+        let cache = CachingManagedAllocator::new(driver, DeviceId(0), options).unwrap();
+        let host = Placement::Host {
+            accessed_by: DeviceId(0),
+        };
+        let p = cache.allocate_placed(16 << 20, host, S0).unwrap();
+        let q = cache.allocate_placed(16 << 20, DEV, S0).unwrap();
+        cache.free(q, 16 << 20, S0).unwrap();
+        cache.free_advised(p, 16 << 20, S0, DEV).unwrap();
+        let s = cache.stats();
+        assert_eq!(
+            s.segments_allocated - s.segments_freed,
+            1 + kept,
+            "{give_back:?}"
+        );
+        cache.take_failures().unwrap();
+    }
 }
 
 #[test]
@@ -299,7 +346,7 @@ fn release_gives_back_wholly_free_segments_only() {
         "every segment still has a live block"
     );
     cache.free(c, 3 << 20, s).unwrap();
-    assert_eq!(cache.release().unwrap(), 20 * MIB);
+    assert_eq!(cache.release().unwrap(), 128 * MIB);
     assert_eq!(count(&g, CallKind::MemFree), 1);
     cache.free(a, 4096, S0).unwrap();
     assert_eq!(cache.release().unwrap(), 2 * MIB);

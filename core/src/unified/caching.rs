@@ -9,91 +9,49 @@
 //!   advice a move changed gets its pool's advice back when it is freed
 //!   ([`CachingManagedAllocator::free_advised`]). Requests are rounded as
 //!   [`CachingManagedOptions`] says (512 bytes by default) and served from small segments
-//!   (2 MiB) up to 1 MiB, from large segments (20 MiB) above, and from a segment of their own
+//!   (2 MiB) up to 1 MiB, from large segments (128 MiB) above, and from a segment of their own
 //!   size at 10 MiB and more. When the driver (or the [`ManagedLimit`]) refuses a segment, the
 //!   allocator gives back every wholly free segment and tries once more with exactly the
-//!   request, as PyTorch's allocator does.
+//!   request, as PyTorch's allocator does. Unlike device memory, a cached managed block has
+//!   pages somewhere: with [`GiveBack::Displaced`] (the default) a free that empties a
+//!   segment whose pages are likely elsewhere (the block was moved away, or the cache holds
+//!   more than the device has) gives the segment back, because reusing it would migrate dead
+//!   data back on first touch (README, "Unified memory", measures it).
 //! - **Thread safety**: `Send + Sync`. One mutex guards the pools; a cache hit makes no driver
 //!   call under it.
 //! - **Streams**: the pool's rules. Each stream has its own free lists in each pool: memory
 //!   freed on stream A is reused on A at once, and on B only after the allocator records an
-//!   event on A and makes B wait on it (lazily, when B takes A's blocks).
+//!   event on A and makes B wait on it (lazily, when B takes A's blocks). Host and plain
+//!   managed memory may be touched by the host at once, which no stream orders, so a block of
+//!   theirs reused from the cache first waits for its stream (`cuStreamSynchronize`); device
+//!   blocks never wait.
 //! - **Clone and ownership**: not `Clone`; share it through an `Arc` (every `ManagedBuffer`
 //!   and every pointer of a `UnifiedManager` holds one, so the allocator outlives its memory).
 //!   Dropping it gives every segment back to the driver.
 //! - **Use and cost**: the allocator behind unified memory (`set_enabled_unified_memory`) and
-//!   `ManagedBuffer`. A hit is a lock, a TLSF search and a map insert, with no driver call and
-//!   no host allocation; a free is a lock, a map removal and at most two merges. A miss costs
-//!   a `cuMemAllocManaged` (≈ 5–33 µs on an H100), one or two `cuMemAdvise` (2.6 µs each)
-//!   and, with a [`ManagedLimit::FractionOfFree`], a `cuMemGetInfo` (7.5 µs).
+//!   `ManagedBuffer`. A device hit is a lock, a TLSF search and a map insert, with no driver
+//!   call and no host allocation; a free is a lock, a map removal and at most two merges. A
+//!   miss costs a `cuMemAllocManaged` (≈ 5–33 µs on an H100), one or two `cuMemAdvise`
+//!   (2.6 µs each) and, with a [`ManagedLimit::FractionOfFree`], a `cuMemGetInfo` (7.5 µs).
+//!
+//! [`ManagedLimit`]: crate::unified::ManagedLimit
+//! [`ManagedLimit::FractionOfFree`]: crate::unified::ManagedLimit::FractionOfFree
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::attribution::CallerScope;
 use crate::driver::{DeviceId, DevicePtr, Driver, MemInfo, StreamId};
-use crate::mr::cuda::driver_oom;
-use crate::mr::detail::growth::chunk_size;
-use crate::mr::detail::heap::{CoalescingHeap, FreeError};
-use crate::mr::detail::stream_order::StreamOrder;
-use crate::mr::{assert_resource, DeviceMemoryResource, Growth, MrError, MrResult};
+use crate::mr::detail::heap::FreeError;
+use crate::mr::{assert_resource, DeviceMemoryResource, MrError, MrResult};
+use crate::unified::cache_state::{CacheState, PoolKey};
 use crate::unified::error::UnifiedError;
 use crate::unified::hints::Placement;
-use crate::unified::options::{CachingManagedOptions, ManagedLimit};
+use crate::unified::options::{CachingManagedOptions, GiveBack};
 use crate::unified::stats::CachingStats;
 
-const NAME: &str = "CachingManagedAllocator";
+pub(super) const NAME: &str = "CachingManagedAllocator";
 /// Failures of frees that had no caller to report to, kept until `take_failures`.
 const FAILURES_KEPT: usize = 16;
-
-/// Which segments a block comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct PoolKey {
-    placement: Placement,
-    attach_global: bool,
-    small: bool,
-}
-
-#[derive(Debug)]
-struct Pool {
-    key: PoolKey,
-    heap: CoalescingHeap,
-}
-
-/// What the mutex guards.
-#[derive(Debug, Default)]
-struct State {
-    pools: Vec<Pool>,
-    order: StreamOrder,
-    stats: CachingStats,
-    failures: Vec<UnifiedError>,
-}
-
-impl State {
-    #[inline]
-    fn pool_of(&self, key: PoolKey) -> Option<usize> {
-        self.pools.iter().position(|p| p.key == key)
-    }
-
-    fn pool(&mut self, key: PoolKey) -> usize {
-        self.pool_of(key).unwrap_or_else(|| {
-            self.pools.push(Pool {
-                key,
-                heap: CoalescingHeap::default(),
-            });
-            self.pools.len() - 1
-        })
-    }
-
-    /// The pool holding the live block at `addr`. O(pools): a handful of map probes.
-    #[inline]
-    fn pool_holding(&self, addr: u64) -> Option<usize> {
-        self.pools.iter().position(|p| p.heap.is_live(addr))
-    }
-
-    fn held(&self) -> u64 {
-        self.pools.iter().map(|p| p.heap.held()).sum()
-    }
-}
 
 /// A caching allocator of managed memory with the RFC's placement hints; see the
 /// [module docs](self).
@@ -116,10 +74,10 @@ impl State {
 /// # Ok::<(), emm_core::unified::UnifiedError>(())
 /// ```
 pub struct CachingManagedAllocator {
-    driver: Arc<dyn Driver>,
-    device: DeviceId,
-    options: CachingManagedOptions,
-    state: Mutex<State>,
+    pub(super) driver: Arc<dyn Driver>,
+    pub(super) device: DeviceId,
+    pub(super) options: CachingManagedOptions,
+    state: Mutex<CacheState>,
 }
 
 impl CachingManagedAllocator {
@@ -139,7 +97,7 @@ impl CachingManagedAllocator {
             driver,
             device,
             options,
-            state: Mutex::new(State::default()),
+            state: Mutex::new(CacheState::default()),
         })
     }
 
@@ -160,16 +118,11 @@ impl CachingManagedAllocator {
 
     /// Its counters, with bytes held and live as of now.
     pub fn stats(&self) -> CachingStats {
-        let st = self.lock();
-        let mut s = st.stats;
-        s.held_bytes = st.held();
-        s.live_bytes = st.pools.iter().map(|p| p.heap.live_bytes()).sum();
-        s.live_blocks = st.pools.iter().map(|p| p.heap.live_count() as u64).sum();
-        s
+        self.lock().snapshot()
     }
 
     #[inline]
-    fn lock(&self) -> MutexGuard<'_, State> {
+    fn lock(&self) -> MutexGuard<'_, CacheState> {
         // Nothing panics while the lock is held; were it poisoned, the state is still whole.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -205,8 +158,10 @@ impl CachingManagedAllocator {
     ///
     /// # Time complexity
     ///
-    /// O(1) and no driver call on a hit; O(free blocks of one other stream) when it takes
-    /// that stream's blocks; a few driver calls when it takes a segment.
+    /// O(1) and no driver call on a hit for device placement (a host or plain managed block
+    /// reused from the cache first waits for `stream`, one `cuStreamSynchronize`); O(free
+    /// blocks of one other stream) when it takes that stream's blocks; a few driver calls when
+    /// it takes a segment.
     #[inline]
     pub fn allocate_managed(
         &self,
@@ -228,127 +183,44 @@ impl CachingManagedAllocator {
             attach_global,
             small: self.options.is_small(requested),
         };
-        let mut st = self.lock();
-        // Budget: a pool lookup among a handful, a slot lookup, a TLSF search, a map insert.
-        if let Some(p) = st.pool_of(key).and_then(|pi| {
-            let heap = &mut st.pools[pi].heap;
-            let slot = heap.slot_of(stream)?;
-            heap.allocate(slot, size, requested)
-        }) {
-            st.stats.cache_hits += 1;
-            return Ok(DevicePtr(p));
+        let (ptr, reused) = {
+            let mut st = self.lock();
+            // Budget: a pool lookup among a handful, a slot lookup, a TLSF search, a map insert.
+            match st.pool_of(key).and_then(|pi| {
+                let heap = &mut st.pools[pi].heap;
+                let slot = heap.slot_of(stream)?;
+                heap.allocate(slot, size, requested)
+            }) {
+                Some(p) => {
+                    st.stats.cache_hits += 1;
+                    (DevicePtr(p), true)
+                }
+                None => self.allocate_slow(&mut st, key, size, requested, stream)?,
+            }
+        };
+        if reused && !matches!(placement, Placement::Device(_)) {
+            self.wait_before_host_use(ptr, bytes, stream)?;
         }
-        self.allocate_slow(&mut st, key, size, requested, stream)
+        Ok(ptr)
     }
 
-    /// Nothing in `stream`'s lists fits: take another stream's blocks, or a new segment.
+    /// Host and plain managed memory may be touched by the host at once, unordered with
+    /// `stream`: a reused block waits for the stream's earlier work (which its last user's
+    /// work, on this stream or ordered before it, is part of). On failure the block goes back.
     #[cold]
-    #[inline(never)]
-    fn allocate_slow(
+    fn wait_before_host_use(
         &self,
-        st: &mut State,
-        key: PoolKey,
-        size: u64,
-        requested: u64,
+        ptr: DevicePtr,
+        bytes: usize,
         stream: StreamId,
-    ) -> Result<DevicePtr, UnifiedError> {
-        let pi = st.pool(key);
-        let slot = st.pools[pi].heap.slot(stream);
-        if let Some(other) = st.pools[pi].heap.find_elsewhere(slot, size) {
-            let source = st.pools[pi].heap.stream_of(other);
-            {
-                let _scope = CallerScope::enter(NAME);
-                st.order.order(&*self.driver, source, stream)?;
-            }
-            st.stats.stream_orderings += 1;
-            st.pools[pi].heap.adopt(slot, other);
-            if let Some(p) = st.pools[pi].heap.allocate(slot, size, requested) {
-                st.stats.cache_hits += 1;
-                return Ok(DevicePtr(p));
-            }
-        }
-        let growth = if key.small {
-            Growth::Fixed {
-                bytes: self.options.small_segment,
-            }
-        } else if size >= self.options.min_large_alloc {
-            Growth::Exact
-        } else {
-            Growth::Fixed {
-                bytes: self.options.large_segment,
-            }
-        };
-        let segment = chunk_size(growth, size, 0).ok_or(too_large(requested))?;
-        let (base, segment) = match self.new_segment(st, segment, requested, key) {
-            Ok(base) => (base, segment),
-            Err(e) if e.is_out_of_memory() => {
-                // PyTorch's answer: give back every cached segment, then try exactly the request.
-                let _ = self.release_all_free(st);
-                let exact = chunk_size(Growth::Exact, size, 0).ok_or(too_large(requested))?;
-                (self.new_segment(st, exact, requested, key)?, exact)
-            }
-            Err(e) => return Err(e),
-        };
-        let heap = &mut st.pools[pi].heap;
-        let slot = heap.slot(stream);
-        heap.add_chunk(slot, base, segment);
-        let p = heap
-            .allocate(slot, size, requested)
-            .ok_or(too_large(requested))?;
-        st.stats.cache_misses += 1;
-        st.stats.peak_held_bytes = st.stats.peak_held_bytes.max(st.held());
-        Ok(DevicePtr(p))
-    }
-
-    /// Takes a segment of `segment` bytes from the driver, within the limit, with `key`'s
-    /// advice; on a failed advice gives it back (nothing is held on an error).
-    fn new_segment(
-        &self,
-        st: &mut State,
-        segment: u64,
-        requested: u64,
-        key: PoolKey,
-    ) -> Result<u64, UnifiedError> {
+    ) -> Result<(), UnifiedError> {
         let _scope = CallerScope::enter(NAME);
-        self.check_limit(st, segment, requested)?;
-        let n = usize::try_from(segment).map_err(|_| too_large(requested))?;
-        let ptr = self
-            .driver
-            .mem_alloc_managed(n, key.attach_global)
-            .map_err(|e| driver_oom(&*self.driver, NAME, n, e))?;
-        match Placement::advise(&*self.driver, ptr, n, Placement::Unadvised, key.placement) {
-            Ok(calls) => st.stats.advise_calls += u64::from(calls),
-            Err(e) => {
-                // The advice's failure is what the caller needs to see; the free's would hide it.
-                let _ = self.driver.mem_free(ptr);
-                return Err(e.into());
-            }
+        if let Err(e) = self.driver.stream_synchronize(stream) {
+            // The wait's failure is what the caller needs; the block is ours to take back.
+            let _ = self.free(ptr, bytes, stream);
+            return Err(e.into());
         }
-        st.stats.segments_allocated += 1;
-        Ok(ptr.0)
-    }
-
-    /// Refuses a segment the [`ManagedLimit`] does not allow: it must fit in the fraction of
-    /// free device memory, and all held must stay within the fraction of total memory.
-    fn check_limit(&self, st: &State, segment: u64, requested: u64) -> Result<(), UnifiedError> {
-        let ManagedLimit::FractionOfFree(fraction) = self.options.limit else {
-            return Ok(());
-        };
-        let MemInfo { free, total } = self.driver.mem_get_info()?;
-        let held = st.held();
-        let fits = segment as f64 <= fraction * free as f64
-            && held.saturating_add(segment) as f64 <= fraction * total as f64;
-        if fits {
-            return Ok(());
-        }
-        Err(UnifiedError::LimitExceeded {
-            requested,
-            segment,
-            held,
-            free,
-            total,
-            fraction,
-        })
+        Ok(())
     }
 
     /// Takes back the live block at `ptr`, allocated with `bytes`, on `stream`.
@@ -363,21 +235,41 @@ impl CachingManagedAllocator {
     /// O(pools) map probes, one removal, at most two merges; no driver call.
     #[inline]
     pub fn free(&self, ptr: DevicePtr, bytes: usize, stream: StreamId) -> Result<(), UnifiedError> {
+        self.free_inner(ptr, bytes, stream, false)
+    }
+
+    /// Frees the block; `moved` says its pages were sent away from its pool's location.
+    #[inline]
+    fn free_inner(
+        &self,
+        ptr: DevicePtr,
+        bytes: usize,
+        stream: StreamId,
+        moved: bool,
+    ) -> Result<(), UnifiedError> {
         let mut st = self.lock();
         let Some(pi) = st.pool_holding(ptr.0) else {
             return Err(invalid_free(ptr, bytes, FreeError::NotLive));
         };
         let heap = &mut st.pools[pi].heap;
         let slot = heap.slot(stream);
-        heap.deallocate(ptr.0, bytes as u64, slot)
+        let (_, emptied) = heap
+            .deallocate(ptr.0, bytes as u64, slot)
             .map_err(|e| invalid_free(ptr, bytes, e))?;
         st.stats.frees += 1;
+        if emptied
+            && self.options.give_back == GiveBack::Displaced
+            && (moved || st.oversubscribed_with(0))
+        {
+            self.give_back(&mut st, Some((pi, ptr.0)))?;
+        }
         Ok(())
     }
 
     /// As [`CachingManagedAllocator::free`], for a block whose range is now advised as
     /// `advised` (a move changed it): gives it its pool's advice back first, so the next
-    /// allocation from the cache gets the RFC's hints.
+    /// allocation from the cache gets the RFC's hints (or, as [`GiveBack`] says, gives its
+    /// emptied segment back to the driver).
     ///
     /// # Errors
     ///
@@ -398,15 +290,16 @@ impl CachingManagedAllocator {
         let Some(home) = self.placement_of(ptr) else {
             return Err(invalid_free(ptr, bytes, FreeError::NotLive));
         };
-        let restored = if advised == home {
-            Ok(0)
-        } else {
+        let moved = advised != home;
+        let restored = if moved {
             let _scope = CallerScope::enter(NAME);
             let extent = self.options.round(bytes as u64).unwrap_or(bytes as u64);
             let n = usize::try_from(extent).unwrap_or(bytes);
             Placement::advise(&*self.driver, ptr, n, advised, home)
+        } else {
+            Ok(0)
         };
-        self.free(ptr, bytes, stream)?;
+        self.free_inner(ptr, bytes, stream, moved)?;
         let calls = restored?;
         self.lock().stats.advise_calls += u64::from(calls);
         Ok(())
@@ -431,34 +324,6 @@ impl CachingManagedAllocator {
     pub fn release(&self) -> Result<u64, UnifiedError> {
         let mut st = self.lock();
         self.release_all_free(&mut st)
-    }
-
-    fn release_all_free(&self, st: &mut State) -> Result<u64, UnifiedError> {
-        let _scope = CallerScope::enter(NAME);
-        if st.pools.iter().any(|p| p.heap.slots_with_free_blocks() > 1) {
-            self.driver.context_synchronize()?;
-            for p in &mut st.pools {
-                let slot = p.heap.slot(StreamId::DEFAULT);
-                p.heap.unify(slot);
-            }
-        }
-        let mut first_err = None;
-        let mut released = 0;
-        for pi in 0..st.pools.len() {
-            for (chunk, _) in st.pools[pi].heap.take_free_chunks(0) {
-                // cuMemFree synchronizes the device: every stream's work on it is done first.
-                match self.driver.mem_free(DevicePtr(chunk.base)) {
-                    Ok(()) => {
-                        released += chunk.size;
-                        st.stats.segments_freed += 1;
-                    }
-                    Err(e) => {
-                        first_err.get_or_insert(e);
-                    }
-                }
-            }
-        }
-        first_err.map_or(Ok(released), |e| Err(e.into()))
     }
 
     /// Keeps a failure that had no caller to go to (a free in a finalizer).
@@ -504,7 +369,7 @@ impl CachingManagedAllocator {
     }
 }
 
-fn too_large(requested: u64) -> UnifiedError {
+pub(super) fn too_large(requested: u64) -> UnifiedError {
     UnifiedError::Resource(MrError::OutOfMemory {
         resource: NAME,
         requested,

@@ -4,7 +4,10 @@
 //! Modules:
 //! - [`caching`]: [`CachingManagedAllocator`], managed segments carved by the pool's heap,
 //!   cached with per-stream free lists, advised once per segment.
-//! - [`options`]: [`CachingManagedOptions`] (rounding, segment sizes) and [`ManagedLimit`].
+//! - `cache_state`: the allocator's pools of segments, one per kind of block.
+//! - `segments`: its slow paths: taking segments within the limit, giving them back.
+//! - [`options`]: [`CachingManagedOptions`] (rounding, segment sizes), [`ManagedLimit`],
+//!   [`GiveBack`].
 //! - [`hints`]: [`Placement`], the RFC's `cuMemAdvise` hints for device, host and plain
 //!   managed allocations.
 //! - [`buffer`]: [`ManagedBuffer`], `is_managed`, `to` (move, not copy), `manage`,
@@ -18,12 +21,14 @@
 //! - [`error`]: [`UnifiedError`], every failure of unified memory.
 
 pub mod buffer;
+mod cache_state;
 pub mod caching;
 pub mod enable;
 pub mod error;
 pub mod hints;
 pub mod manager;
 pub mod options;
+mod segments;
 pub mod stats;
 mod storage;
 pub mod to_options;
@@ -38,6 +43,6 @@ pub use enable::{
 pub use error::UnifiedError;
 pub use hints::Placement;
 pub use manager::UnifiedManager;
-pub use options::{CachingManagedOptions, ManagedLimit, MANAGED_FREE_FRACTION};
+pub use options::{CachingManagedOptions, GiveBack, ManagedLimit, MANAGED_FREE_FRACTION};
 pub use stats::CachingStats;
 pub use to_options::ToOptions;
