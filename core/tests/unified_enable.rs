@@ -118,8 +118,17 @@ fn on_every_allocation_of_a_new_context_comes_from_the_cache_with_the_rfcs_hints
         // The stream-ordered extension too.
         let s = g.stream_create(true).unwrap();
         let p = ctx.memalloc_async(5000, s).unwrap();
+        let at = p.device_ptr();
         ctx.memfree_async(p, s).unwrap();
-        drop((reused, host, managed));
+        let q = ctx.memalloc_async(5000, s).unwrap();
+        assert_eq!(q.device_ptr(), at, "freed on s, reused on s at once");
+        ctx.memfree_async(q, s).unwrap();
+        // memalloc memory freed through memfree_async takes its usual path.
+        ctx.memfree_async(ctx.memalloc(100).unwrap(), s).unwrap();
+        let view = ctx.memalloc(4096).unwrap();
+        let e = ctx.memfree_async(view.view(256..).unwrap(), s).unwrap_err();
+        assert!(e.to_string().contains("is a view"), "{e}");
+        drop((reused, host, managed, view));
         ctx.reset().unwrap();
         assert_eq!(
             cache.stats().held_bytes,

@@ -80,6 +80,15 @@ impl CacheState {
         out
     }
 
+    /// Keeps a failure no caller can be told of now (a free in a finalizer, a segment the
+    /// driver would not take back), for `take_failures`; the first few are kept.
+    pub(crate) fn record(&mut self, e: UnifiedError) {
+        const KEPT: usize = 16;
+        if self.failures.len() < KEPT {
+            self.failures.push(e);
+        }
+    }
+
     /// The counters, with bytes held and live as of now.
     pub(crate) fn snapshot(&self) -> CachingStats {
         let mut s = self.stats;

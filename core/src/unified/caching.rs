@@ -40,9 +40,9 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::attribution::CallerScope;
-use crate::driver::{DeviceId, DevicePtr, Driver, MemInfo, StreamId};
+use crate::driver::{DeviceId, DevicePtr, Driver, StreamId};
 use crate::mr::detail::heap::FreeError;
-use crate::mr::{assert_resource, DeviceMemoryResource, MrError, MrResult};
+use crate::mr::MrError;
 use crate::unified::cache_state::{CacheState, PoolKey};
 use crate::unified::error::UnifiedError;
 use crate::unified::hints::Placement;
@@ -50,8 +50,6 @@ use crate::unified::options::{CachingManagedOptions, GiveBack};
 use crate::unified::stats::CachingStats;
 
 pub(super) const NAME: &str = "CachingManagedAllocator";
-/// Failures of frees that had no caller to report to, kept until `take_failures`.
-const FAILURES_KEPT: usize = 16;
 
 /// A caching allocator of managed memory with the RFC's placement hints; see the
 /// [module docs](self).
@@ -122,9 +120,14 @@ impl CachingManagedAllocator {
     }
 
     #[inline]
-    fn lock(&self) -> MutexGuard<'_, CacheState> {
+    pub(super) fn lock(&self) -> MutexGuard<'_, CacheState> {
         // Nothing panics while the lock is held; were it poisoned, the state is still whole.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The state, without locking (for drop).
+    pub(super) fn state_mut(&mut self) -> &mut CacheState {
+        self.state.get_mut().unwrap_or_else(|e| e.into_inner())
     }
 
     /// `bytes` of managed memory (`CU_MEM_ATTACH_GLOBAL`) advised as `placement`, usable on
@@ -177,7 +180,10 @@ impl CachingManagedAllocator {
             ));
         }
         let requested = bytes as u64;
-        let size = self.options.round(requested).ok_or(too_large(requested))?;
+        let size = self
+            .options
+            .round(requested)
+            .ok_or_else(|| too_large(requested))?;
         let key = PoolKey {
             placement,
             attach_global,
@@ -261,7 +267,10 @@ impl CachingManagedAllocator {
             && self.options.give_back == GiveBack::Displaced
             && (moved || st.oversubscribed_with(0))
         {
-            self.give_back(&mut st, Some((pi, ptr.0)))?;
+            // The block is free either way; a segment the driver refuses is reported later.
+            if let Err(e) = self.give_back(&mut st, Some((pi, ptr.0))) {
+                st.record(e);
+            }
         }
         Ok(())
     }
@@ -328,10 +337,7 @@ impl CachingManagedAllocator {
 
     /// Keeps a failure that had no caller to go to (a free in a finalizer).
     pub(crate) fn record_failure(&self, e: UnifiedError) {
-        let mut st = self.lock();
-        if st.failures.len() < FAILURES_KEPT {
-            st.failures.push(e);
-        }
+        self.lock().record(e);
     }
 
     /// Reports the first free that failed where no caller could see it (in a finalizer or a
@@ -385,66 +391,3 @@ fn invalid_free(ptr: DevicePtr, bytes: usize, e: FreeError) -> UnifiedError {
         reason: e.reason(),
     })
 }
-
-impl DeviceMemoryResource for CachingManagedAllocator {
-    fn name(&self) -> &'static str {
-        NAME
-    }
-
-    /// Device placement on the allocator's device; 0 bytes is `DevicePtr::NULL`.
-    #[inline]
-    fn allocate(&self, bytes: usize, stream: StreamId) -> MrResult<DevicePtr> {
-        if bytes == 0 {
-            return Ok(DevicePtr::NULL);
-        }
-        Ok(self.allocate_placed(bytes, Placement::Device(self.device), stream)?)
-    }
-
-    #[inline]
-    fn deallocate(&self, ptr: DevicePtr, bytes: usize, stream: StreamId) -> MrResult<()> {
-        if ptr == DevicePtr::NULL && bytes == 0 {
-            return Ok(());
-        }
-        Ok(self.free(ptr, bytes, stream)?)
-    }
-
-    fn memory_info(&self) -> Option<MemInfo> {
-        self.driver.mem_get_info().ok()
-    }
-
-    fn release(&self) -> MrResult<u64> {
-        Ok(CachingManagedAllocator::release(self)?)
-    }
-
-    fn driver(&self) -> &dyn Driver {
-        &*self.driver
-    }
-}
-
-impl Drop for CachingManagedAllocator {
-    fn drop(&mut self) {
-        let st = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
-        let _scope = CallerScope::enter(NAME);
-        st.order.destroy(&*self.driver);
-        for pool in &mut st.pools {
-            for (chunk, _) in pool.heap.take_all_chunks() {
-                // No caller to report to; a segment the driver refuses stays with it.
-                let _ = self.driver.mem_free(DevicePtr(chunk.base));
-            }
-        }
-    }
-}
-
-impl std::fmt::Debug for CachingManagedAllocator {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let s = self.stats();
-        f.debug_struct(NAME)
-            .field("device", &self.device)
-            .field("held", &s.held_bytes)
-            .field("live", &s.live_bytes)
-            .field("segments", &(s.segments_allocated - s.segments_freed))
-            .finish_non_exhaustive()
-    }
-}
-
-const _: () = assert_resource::<CachingManagedAllocator>();

@@ -7,8 +7,9 @@
 //! will be set", and "UVM will not successfully enable when CUDA/ROCm is not present".
 //!
 //! In emm the switch works where the contract binds a manager to a context
-//! (`selection::create_manager`): a context created while it is on gets a [`UnifiedManager`]
-//! around the manager it would have had, so all of its device and host allocations (and
+//! (`selection::create_manager`, which `Context::new` and `Context::with_factory` use; a manager
+//! given ready-made to `Context::with_manager` is taken as it is): a context created while it
+//! is on gets a [`UnifiedManager`] around the manager it would have had, so all of its device and host allocations (and
 //! `memallocmanaged`) come from one caching managed allocator. Contexts created before keep
 //! their manager, as they do when `set_memory_manager` changes the choice (seed 004: "only
 //! contexts created after the memory manager was updated will use instances of the new memory

@@ -295,17 +295,15 @@ impl MemoryManager for UnifiedManager {
             ));
         }
         match finalizer.into_enqueued() {
-            Ok((
-                sink,
-                Dealloc::DeviceAsync { ptr, bytes, .. } | Dealloc::Device { ptr, bytes },
-            )) => {
+            Ok((sink, item @ Dealloc::DeviceAsync { ptr, bytes, .. })) => {
                 let n = usize::try_from(bytes).unwrap_or(usize::MAX);
                 self.alloc.free(ptr, n, stream).map_err(|e| {
                     // Nothing is lost: it goes back on its own stream instead.
-                    sink.add(Dealloc::Device { ptr, bytes });
+                    sink.add(item);
                     e.into()
                 })
             }
+            // memalloc memory takes its usual path, as with every built-in manager.
             Ok((sink, item)) => {
                 sink.add(item);
                 Ok(())

@@ -6,12 +6,14 @@
 //!   cached with per-stream free lists, advised once per segment.
 //! - `cache_state`: the allocator's pools of segments, one per kind of block.
 //! - `segments`: its slow paths: taking segments within the limit, giving them back.
+//! - `resource`: the allocator as a `DeviceMemoryResource`, and its drop.
 //! - [`options`]: [`CachingManagedOptions`] (rounding, segment sizes), [`ManagedLimit`],
 //!   [`GiveBack`].
 //! - [`hints`]: [`Placement`], the RFC's `cuMemAdvise` hints for device, host and plain
 //!   managed allocations.
 //! - [`buffer`]: [`ManagedBuffer`], `is_managed`, `to` (move, not copy), `manage`,
 //!   `unmanage`.
+//! - `copy`: `ManagedBuffer`'s copies (forced, managed-ness, standard buffers).
 //! - [`to_options`]: [`ToOptions`], what a conversion changes besides the location.
 //! - `storage`: the memory behind `ManagedBuffer` handles, returned when the last goes.
 //! - [`manager`]: [`UnifiedManager`], a context's manager with unified memory on.
@@ -23,11 +25,13 @@
 pub mod buffer;
 mod cache_state;
 pub mod caching;
+mod copy;
 pub mod enable;
 pub mod error;
 pub mod hints;
 pub mod manager;
 pub mod options;
+mod resource;
 mod segments;
 pub mod stats;
 mod storage;

@@ -52,17 +52,20 @@ impl CachingManagedAllocator {
                 bytes: self.options.large_segment,
             }
         };
-        let segment = chunk_size(growth, size, 0).ok_or(too_large(requested))?;
+        let segment = chunk_size(growth, size, 0).ok_or_else(|| too_large(requested))?;
         if self.options.give_back == GiveBack::Displaced && self.oversubscribes(st, segment) {
             // Free segments beside a new one would only be evicted and migrated back.
-            self.give_back(st, None)?;
+            if let Err(e) = self.give_back(st, None) {
+                st.record(e);
+            }
         }
         let (base, segment) = match self.new_segment(st, segment, requested, key) {
             Ok(base) => (base, segment),
             Err(e) if e.is_out_of_memory() => {
                 // PyTorch's answer: give back every cached segment, then try exactly the request.
                 let _ = self.release_all_free(st);
-                let exact = chunk_size(Growth::Exact, size, 0).ok_or(too_large(requested))?;
+                let exact =
+                    chunk_size(Growth::Exact, size, 0).ok_or_else(|| too_large(requested))?;
                 (self.new_segment(st, exact, requested, key)?, exact)
             }
             Err(e) => return Err(e),
@@ -72,7 +75,7 @@ impl CachingManagedAllocator {
         heap.add_chunk(slot, base, segment);
         let p = heap
             .allocate(slot, size, requested)
-            .ok_or(too_large(requested))?;
+            .ok_or_else(|| too_large(requested))?;
         st.stats.cache_misses += 1;
         st.stats.peak_held_bytes = st.stats.peak_held_bytes.max(st.held());
         Ok((DevicePtr(p), false))
@@ -93,7 +96,7 @@ impl CachingManagedAllocator {
         let ptr = self
             .driver
             .mem_alloc_managed(n, key.attach_global)
-            .map_err(|e| driver_oom(&*self.driver, NAME, n, e))?;
+            .map_err(|e| driver_oom(&*self.driver, NAME, requested as usize, e))?;
         match Placement::advise(&*self.driver, ptr, n, Placement::Unadvised, key.placement) {
             Ok(calls) => st.stats.advise_calls += u64::from(calls),
             Err(e) => {
