@@ -9,6 +9,7 @@
 //! - [`contract`]: the EMM plugin contract: [`contract::MemoryManager`], pointers, [`contract::Context`].
 //! - [`managers`]: the built-in managers ([`managers::DefaultManager`], [`managers::HostOnlyManager`]).
 //! - [`mr`]: memory resources and adaptors (RMM's model): the [`mr::DeviceMemoryResource`] trait.
+//! - [`unified`]: unified memory: the caching managed allocator, `ManagedBuffer`, the switch.
 //! - [`units`]: byte-count formatting for error messages.
 //! - [`workloads`]: the standard allocation workloads W1, W2, W3 (`shared/workloads.md`).
 
@@ -19,6 +20,7 @@ pub mod driver;
 pub mod error;
 pub mod managers;
 pub mod mr;
+pub mod unified;
 pub mod units;
 pub mod workloads;
 

@@ -271,18 +271,22 @@ pub fn current_factory_with_env(env_value: Option<&str>) -> EmmResult<Arc<dyn Ma
 }
 
 /// Makes the manager for `target` with `factory`, checking the instance's version too (a
-/// factory may misreport it).
+/// factory may misreport it). With unified memory on (`crate::unified::enable`), the manager
+/// comes wrapped in a `UnifiedManager`.
 ///
 /// # Errors
 ///
-/// The factory's errors; [`EmmError::VersionMismatch`].
+/// The factory's errors; [`EmmError::VersionMismatch`]; unified memory on for a device that
+/// cannot run it.
 pub fn create_manager(
     factory: &dyn ManagerFactory,
     target: &ManagerTarget,
 ) -> EmmResult<Box<dyn MemoryManager>> {
     let manager = factory.create(target)?;
     check_interface_version(manager.name(), manager.interface_version())?;
-    Ok(manager)
+    // With unified memory on, the context's allocations go through the caching managed
+    // allocator (the RFC's "forgo all traditional allocators"); off, this returns `manager`.
+    crate::unified::wrap_if_enabled(manager, target)
 }
 
 #[cfg(test)]

@@ -373,6 +373,30 @@ impl CoalescingHeap {
         out
     }
 
+    /// Removes the chunk holding `addr` when it is wholly free, and returns it with the stream
+    /// whose lists held it (for a caller that gives back one chunk, not all free ones).
+    ///
+    /// # Time complexity
+    ///
+    /// O(chunks).
+    pub(crate) fn take_free_chunk(&mut self, addr: u64) -> Option<(Chunk, StreamId)> {
+        let k = self
+            .chunks
+            .iter()
+            .position(|c| c.base <= addr && addr - c.base < c.size)?;
+        let c = self.chunks[k];
+        let b = *self.slab.get(c.first);
+        if !(b.is_free() && b.size == c.size) {
+            return None;
+        }
+        let slot = b.owner as usize;
+        self.lists[slot].index.remove(self.slab.all_mut(), c.first);
+        self.slab.remove(c.first);
+        self.held -= c.size;
+        self.chunks.swap_remove(k);
+        Some((c, self.lists[slot].stream))
+    }
+
     /// Forgets everything (after the caller has returned every chunk upstream) and returns the
     /// chunks with the stream to free each on: the owning stream's for a fully free chunk,
     /// `None` for one that still had live blocks.
