@@ -24,6 +24,7 @@ pub mod unified;
 pub mod units;
 pub mod workloads;
 
+pub use containers::{reinitialize, ReinitializeOptions};
 pub use driver::{
     Advice, ContextId, DeviceId, DeviceProperties, DevicePtr, Driver, EventId, HostAllocFlags,
     HostPtr, IpcMemHandle, Location, MemInfo, MemPoolId, MemPoolUsage, StreamId,
