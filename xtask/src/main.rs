@@ -31,8 +31,9 @@ commands:
                    (the same command CI runs via .ci/run)
   wasm             build the wasm plugins (plugins/, release, wasm32-unknown-unknown) into
                    target/wasm/ (the build itself goes to target/wasm-build/)
-  demo [args...]   run the simulated GPU through a scripted workload (emm-sim's demo example);
-                   args are passed to the demo
+  demo [args...]   run the simulated GPU through a scripted workload (emm-sim's demo example;
+                   args are passed to it), then the conformance suite against every built-in
+                   manager and the example wasm plugins
   bench            run the benchmarks (emm-sim)
   hardware [--bundle-only]
                    build target/hardware/ (release emm, smoke tests, wasm plugins, the peers,
@@ -235,7 +236,9 @@ fn has_nextest() -> bool {
         .is_ok_and(|s| s.success())
 }
 
-/// `cargo xtask demo [args...]`: the simulated GPU's demo, in release mode.
+/// `cargo xtask demo [args...]`: emm's main job on a machine with no GPU: the simulated GPU's
+/// scripted demo, then the conformance suite against every built-in manager and the example
+/// wasm plugins.
 fn demo(args: &[OsString]) -> Result<(), Failure> {
     let mut cmd = cargo([
         "run",
@@ -248,7 +251,65 @@ fn demo(args: &[OsString]) -> Result<(), Failure> {
         "--",
     ]);
     cmd.args(args);
-    run("demo", cmd)
+    run("demo", cmd)?;
+    wasm()?;
+    run(
+        "demo: emm",
+        cargo([
+            "build",
+            "--release",
+            "--quiet",
+            "-p",
+            "emm-conformance",
+            "--bin",
+            "emm",
+        ]),
+    )?;
+    let root = workspace_root();
+    let emm = root.join("target/release/emm");
+    println!("\n5. The conformance suite (emm check) on the simulated GPU, seed 1:");
+    let builtins = ["default", "pool", "arena", "binning", "async", "managed"];
+    let wasm_plugins = PLUGINS.iter().map(|(_, f)| format!("target/wasm/{f}"));
+    let mut failed = Vec::new();
+    for plugin in builtins.iter().map(|s| s.to_string()).chain(wasm_plugins) {
+        let out = Command::new(&emm)
+            .args([
+                "check",
+                &plugin,
+                "--seed",
+                "1",
+                "--no-regressions",
+                "--no-color",
+            ])
+            .current_dir(&root)
+            .stderr(Stdio::null())
+            .output()
+            .map_err(|e| Failure {
+                step: "demo: emm check".to_owned(),
+                reason: format!("{} could not start: {e}", emm.display()),
+            })?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let last = text
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("no output");
+        println!("   {plugin:<28} {last}");
+        if !out.status.success() {
+            failed.push(plugin);
+        }
+    }
+    println!(
+        "\n   `target/release/emm check <plugin>` shows every check with the rule it enforces."
+    );
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(Failure {
+            step: "demo: emm check".to_owned(),
+            reason: format!("failed: {}", failed.join(", ")),
+        })
+    }
 }
 
 /// `cargo xtask bench`: every crate's benchmarks (for now `emm-sim`).
