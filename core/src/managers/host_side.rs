@@ -256,7 +256,7 @@ impl<D: Driver + ?Sized> HostSide<D> {
             EmmError::invalid(
                 "memfree_async",
                 format!(
-                    "the pointer is a view (offset {offset}) or other owners are alive                      ({owners} in all); free the whole allocation through its last owner                      (it is freed as usual when the last owner is dropped)"
+                    "the pointer is a view (offset {offset}) or other owners are alive ({owners} in all); free the whole allocation through its last owner (it is freed as usual when the last owner is dropped)"
                 ),
             )
         })?;
@@ -271,7 +271,7 @@ impl<D: Driver + ?Sized> HostSide<D> {
             return Err(EmmError::invalid(
                 "memfree_async",
                 format!(
-                    "the pointer was not allocated by {}; it was released by its own finalizer                      instead",
+                    "the pointer was not allocated by {}; it was released by its own finalizer instead",
                     self.tag
                 ),
             ));
