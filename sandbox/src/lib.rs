@@ -19,8 +19,9 @@
 //! - [`manager`]: [`PluginManager`], a plugin as a `MemoryManager`.
 //! - [`factory`]: [`PluginFactory`] and the `EMM_MEMORY_MANAGER` loader ([`install_loader`]).
 //! - [`host`]: the host functions a guest imports, [`LogLine`].
-//! - `registry`: chunks and live allocations; `instance`: one store and its calls;
-//!   `ticker`: the epoch thread behind deadlines.
+//! - `registry`: chunks and live allocations, with `live_map` (live allocations by address)
+//!   and `start_bitmap` (where each chunk's allocations start) behind its O(1) checks;
+//!   `instance`: one store and its calls; `ticker`: the epoch thread behind deadlines.
 
 #![warn(clippy::cast_possible_truncation)]
 #![warn(clippy::undocumented_unsafe_blocks, clippy::missing_safety_doc)]
@@ -35,10 +36,12 @@ pub mod fault;
 pub mod host;
 mod instance;
 pub mod limits;
+mod live_map;
 pub mod manager;
 pub mod module;
 mod registry;
 pub mod resource;
+mod start_bitmap;
 pub mod stats;
 mod ticker;
 

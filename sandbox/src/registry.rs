@@ -1,19 +1,30 @@
 //! [`Registry`]: the host's record of every chunk a plugin holds and every live allocation —
 //! what lets the host check each answer and keep every allocation valid through a quarantine.
-
-use std::collections::BTreeMap;
+//!
+//! Every check on the allocation path is O(1) in the number of live allocations: the chunk is
+//! an index into a vector, the live allocations are a hash table by address ([`LiveMap`]), and
+//! each chunk keeps a bitmap of where its live allocations start ([`StartBitmap`]), which
+//! answers "does anything start inside the answer, and does the allocation before it reach
+//! into it" in a few word reads.
 
 use emm_core::units::Bytes;
 use emm_core::DevicePtr;
 
 use crate::abi::{Answer, MAX_CHUNK_HANDLE};
-use crate::fault::Rule;
+use crate::fault::{host_bug, PluginFault, Rule};
+use crate::live_map::LiveMap;
+use crate::start_bitmap::StartBitmap;
 
 /// The `origin` of an allocation served by the fallback resource rather than a chunk.
 pub(crate) const FALLBACK: u32 = 0;
 
+/// log2 of the granule the start bitmaps count in: every answer is aligned to at least 256
+/// bytes, so two live allocations never start in the same granule, and disjoint allocations
+/// cover disjoint granules.
+const GRANULE_SHIFT: u32 = 8;
+
 /// A chunk of upstream memory held for a plugin.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug)]
 pub(crate) struct Chunk {
     /// Its device address.
     pub base: DevicePtr,
@@ -23,6 +34,31 @@ pub(crate) struct Chunk {
     pub live: u32,
     /// The instance generation that holds it; older ones are orphans of a quarantine.
     pub generation: u32,
+    /// Where its live allocations start, by granule from `base`'s granule.
+    starts: StartBitmap,
+}
+
+impl Chunk {
+    /// The granule of `addr` (at or after `base`), counted from `base`'s granule.
+    #[inline]
+    fn granule(&self, addr: u64) -> usize {
+        let g = (addr >> GRANULE_SHIFT) - (self.base.0 >> GRANULE_SHIFT);
+        usize::try_from(g).unwrap_or(usize::MAX)
+    }
+
+    /// The first granule at or after `end`: where an allocation ending at `end` stops.
+    #[inline]
+    fn granule_end(&self, end: u64) -> usize {
+        let up = (end >> GRANULE_SHIFT) + u64::from(end & ((1 << GRANULE_SHIFT) - 1) != 0);
+        let g = up - (self.base.0 >> GRANULE_SHIFT);
+        usize::try_from(g).unwrap_or(usize::MAX)
+    }
+
+    /// The address of granule `g`.
+    #[inline]
+    fn address(&self, g: usize) -> u64 {
+        ((self.base.0 >> GRANULE_SHIFT) + g as u64) << GRANULE_SHIFT
+    }
 }
 
 /// A live allocation: its size as requested and where it came from.
@@ -40,7 +76,7 @@ pub(crate) struct Live {
 pub(crate) struct Registry {
     chunks: Vec<Option<Chunk>>,
     free_handles: Vec<u32>,
-    live: BTreeMap<u64, Live>,
+    live: LiveMap,
     /// Bytes of all chunks held (current and orphaned).
     pub held_bytes: u64,
     /// Bytes of live allocations (fallback included).
@@ -51,47 +87,74 @@ pub(crate) struct Registry {
 
 impl Registry {
     /// Records a new chunk for the current generation and returns its handle.
-    pub fn add_chunk(&mut self, base: DevicePtr, size: u64) -> Result<u32, Rule> {
+    ///
+    /// # Errors
+    ///
+    /// [`Rule::TooManyChunks`] when every handle is in use.
+    pub fn add_chunk(&mut self, base: DevicePtr, size: u64) -> Result<u32, PluginFault> {
+        let granules = base
+            .0
+            .checked_add(size)
+            .map(|end| end.div_ceil(1 << GRANULE_SHIFT) - (base.0 >> GRANULE_SHIFT))
+            .and_then(|g| usize::try_from(g).ok());
+        // Sizes above `MAX_CHUNK_BYTES` never get here (`upstream_alloc` refuses them).
+        let Some(starts) = granules.and_then(StartBitmap::new) else {
+            return Err(host_bug!());
+        };
         let chunk = Chunk {
             base,
             size,
             live: 0,
             generation: self.generation,
+            starts,
+        };
+        let too_many = || PluginFault::BadAnswer {
+            rule: Rule::TooManyChunks,
+            detail: format!("upstream_alloc({size}) with every handle in use"),
         };
         let handle = match self.free_handles.pop() {
             Some(h) => h,
             None => {
-                let next = u32::try_from(self.chunks.len() + 1).map_err(|_| Rule::TooManyChunks)?;
-                if next > MAX_CHUNK_HANDLE {
-                    return Err(Rule::TooManyChunks);
-                }
+                let next = u32::try_from(self.chunks.len() + 1)
+                    .ok()
+                    .filter(|&h| h <= MAX_CHUNK_HANDLE)
+                    .ok_or_else(too_many)?;
                 self.chunks.push(None);
                 next
             }
         };
-        let slot = self.slot_mut(handle).ok_or(Rule::TooManyChunks)?;
+        let slot = self.slot_mut(handle).ok_or_else(too_many)?;
         *slot = Some(chunk);
         self.held_bytes = self.held_bytes.saturating_add(size);
         Ok(handle)
     }
 
+    #[inline]
     fn slot_mut(&mut self, handle: u32) -> Option<&mut Option<Chunk>> {
         let i = usize::try_from(handle.checked_sub(1)?).ok()?;
         self.chunks.get_mut(i)
     }
 
+    #[inline]
+    fn chunk_mut(&mut self, handle: u32) -> Option<&mut Chunk> {
+        self.slot_mut(handle)?.as_mut()
+    }
+
     /// The chunk behind `handle`, of any generation.
+    #[inline]
     pub fn chunk(&self, handle: u32) -> Option<&Chunk> {
         let i = usize::try_from(handle.checked_sub(1)?).ok()?;
         self.chunks.get(i)?.as_ref()
     }
 
-    /// Checks an answer to a request of `size` bytes aligned to `align`: a chunk of the
-    /// current generation, aligned, inside the chunk, overlapping no live allocation.
+    /// Checks an answer to a request of `size` bytes aligned to `align` (a power of two; less
+    /// than 256 counts as 256, as every request asks): a chunk of the current generation, aligned, inside the chunk, overlapping no
+    /// live allocation.
     ///
     /// # Time complexity
     ///
-    /// One ordered-map lookup: O(log live).
+    /// O(1) in the number of live allocations: two bitmap queries of O(log64 granules) words
+    /// and at most one hash probe.
     #[inline]
     pub fn check_answer(
         &self,
@@ -103,84 +166,97 @@ impl Registry {
             .chunk(a.chunk)
             .filter(|c| c.generation == self.generation)
         else {
-            return Err((
-                Rule::ForeignChunk,
-                format!(
-                    "the answer names chunk {}, which the plugin does not hold",
-                    a.chunk
-                ),
-            ));
+            return Err(not_held(a));
         };
         let addr = chunk.base.0.checked_add(a.offset);
         let end = a.offset.checked_add(size);
         let (Some(addr), Some(end)) = (addr, end) else {
-            return Err((Rule::OutsideChunk, outside(a, size, chunk)));
+            return Err(outside(a, size, chunk));
         };
         if end > chunk.size {
-            return Err((Rule::OutsideChunk, outside(a, size, chunk)));
+            return Err(outside(a, size, chunk));
         }
-        if addr % align != 0 {
-            return Err((
-                Rule::Misaligned,
-                format!(
-                    "chunk {} offset {:#x} is address {:#x}, not a multiple of {align}",
-                    a.chunk, a.offset, addr
-                ),
-            ));
+        // At least 256 (every request asks for that much): the start bitmaps count in granules.
+        let align = align.max(1 << GRANULE_SHIFT);
+        if addr & (align - 1) != 0 {
+            return Err(misaligned(a, addr, align));
         }
-        // Live allocations never overlap, so only the last one starting before our end can.
-        let end_addr = addr.saturating_add(size);
-        if let Some((&start, other)) = self.live.range(..end_addr).next_back() {
-            if start.saturating_add(other.size) > addr {
-                return Err((
-                    Rule::Overlap,
-                    format!(
-                        "chunk {} offset {:#x} ({} bytes, address {:#x}) overlaps the live \
-                         allocation at {:#x} ({} bytes)",
-                        a.chunk, a.offset, size, addr, start, other.size
-                    ),
-                ));
+        // `addr + size` is inside the chunk, so it does not overflow.
+        let end_addr = addr + size;
+        let first = chunk.granule(addr);
+        // Anything starting inside the answer overlaps it...
+        if let Some(g) = chunk
+            .starts
+            .next_from(first)
+            .filter(|&g| g < chunk.granule_end(end_addr))
+        {
+            return Err(self.overlap(a, size, addr, chunk.address(g)));
+        }
+        // ...and so does the allocation before it, if it reaches past the answer's start
+        // (live allocations never overlap, so no earlier one can).
+        if let Some(g) = chunk.starts.last_before(first) {
+            let start = chunk.address(g);
+            // A start without its allocation cannot happen; refuse rather than guess.
+            let before = self.live.get(start).map_or(u64::MAX, |l| l.size);
+            if start.saturating_add(before) > addr {
+                return Err(self.overlap(a, size, addr, start));
             }
         }
         Ok(DevicePtr(addr))
     }
 
     /// Records a checked allocation. `origin` is a chunk handle or [`FALLBACK`].
+    ///
+    /// # Time complexity
+    ///
+    /// Expected O(1).
     #[inline]
     pub fn insert_live(&mut self, ptr: DevicePtr, size: u64, origin: u32) {
-        if let Some(Some(chunk)) = origin
-            .checked_sub(1)
-            .and_then(|i| usize::try_from(i).ok())
-            .and_then(|i| self.chunks.get_mut(i))
-        {
+        if let Some(chunk) = self.chunk_mut(origin) {
             chunk.live = chunk.live.saturating_add(1);
+            let g = chunk.granule(ptr.0);
+            chunk.starts.set(g);
         }
         self.live.insert(ptr.0, Live { size, origin });
         self.live_bytes = self.live_bytes.saturating_add(size);
     }
 
+    /// Checks an answer and records it: [`Registry::check_answer`] then
+    /// [`Registry::insert_live`].
+    ///
+    /// # Time complexity
+    ///
+    /// O(1) in the number of live allocations.
+    #[inline]
+    pub fn accept(
+        &mut self,
+        a: Answer,
+        size: u64,
+        align: u64,
+    ) -> Result<DevicePtr, (Rule, String)> {
+        let ptr = self.check_answer(a, size, align)?;
+        self.insert_live(ptr, size, a.chunk);
+        Ok(ptr)
+    }
+
     /// Takes a live allocation out, when `ptr` is one and `size` is its size; otherwise says
     /// why not and changes nothing.
+    ///
+    /// # Time complexity
+    ///
+    /// Expected O(1).
     #[inline]
     pub fn remove_live(&mut self, ptr: DevicePtr, size: u64) -> Result<Live, String> {
-        use std::collections::btree_map::Entry;
-        let Entry::Occupied(e) = self.live.entry(ptr.0) else {
-            return Err(
-                "not a live allocation of this plugin: a foreign pointer, an interior \
-                 pointer, or already freed"
-                    .to_string(),
-            );
+        let live = match self.live.remove_if(ptr.0, |l| l.size == size) {
+            Some(Ok(live)) => live,
+            Some(Err(other)) => return Err(wrong_size(other)),
+            None => return Err(not_live()),
         };
-        if e.get().size != size {
-            return Err(format!(
-                "it was allocated with {} bytes; give the size it was allocated with",
-                e.get().size
-            ));
-        }
-        let live = e.remove();
         self.live_bytes = self.live_bytes.saturating_sub(size);
-        if let Some(Some(chunk)) = self.slot_mut(live.origin) {
+        if let Some(chunk) = self.chunk_mut(live.origin) {
             chunk.live = chunk.live.saturating_sub(1);
+            let g = chunk.granule(ptr.0);
+            chunk.starts.clear(g);
         }
         Ok(live)
     }
@@ -256,11 +332,77 @@ impl Registry {
     }
 }
 
-fn outside(a: Answer, size: u64, chunk: &Chunk) -> String {
-    format!(
-        "chunk {} offset {:#x} + {} bytes runs past the chunk's {} bytes",
-        a.chunk, a.offset, size, chunk.size
+impl Registry {
+    /// The breach of an answer at `addr` overlapping the live allocation at `other`.
+    #[cold]
+    #[inline(never)]
+    fn overlap(&self, a: Answer, size: u64, addr: u64, other: u64) -> (Rule, String) {
+        let other_size = self
+            .live
+            .get(other)
+            .map_or_else(|| "unknown".to_string(), |l| l.size.to_string());
+        (
+            Rule::Overlap,
+            format!(
+                "chunk {} offset {:#x} ({} bytes, address {:#x}) overlaps the live \
+                 allocation at {:#x} ({} bytes)",
+                a.chunk, a.offset, size, addr, other, other_size
+            ),
+        )
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn not_held(a: Answer) -> (Rule, String) {
+    (
+        Rule::ForeignChunk,
+        format!(
+            "the answer names chunk {}, which the plugin does not hold",
+            a.chunk
+        ),
     )
+}
+
+#[cold]
+#[inline(never)]
+fn outside(a: Answer, size: u64, chunk: &Chunk) -> (Rule, String) {
+    (
+        Rule::OutsideChunk,
+        format!(
+            "chunk {} offset {:#x} + {} bytes runs past the chunk's {} bytes",
+            a.chunk, a.offset, size, chunk.size
+        ),
+    )
+}
+
+#[cold]
+#[inline(never)]
+fn misaligned(a: Answer, addr: u64, align: u64) -> (Rule, String) {
+    (
+        Rule::Misaligned,
+        format!(
+            "chunk {} offset {:#x} is address {:#x}, not a multiple of {align}",
+            a.chunk, a.offset, addr
+        ),
+    )
+}
+
+#[cold]
+#[inline(never)]
+fn wrong_size(live: Live) -> String {
+    format!(
+        "it was allocated with {} bytes; give the size it was allocated with",
+        live.size
+    )
+}
+
+#[cold]
+#[inline(never)]
+fn not_live() -> String {
+    "not a live allocation of this plugin: a foreign pointer, an interior pointer, or already \
+     freed"
+        .to_string()
 }
 
 fn foreign(handle: u32) -> (Rule, String) {
@@ -288,8 +430,13 @@ mod tests {
         assert_eq!(p, DevicePtr(0x10_0100));
         r.insert_live(p, 0x100, h);
         let rule = |res: Result<DevicePtr, (Rule, String)>| res.unwrap_err().0;
-        assert_eq!(rule(r.check_answer(a(0x180), 0x10, 128)), Rule::Overlap);
+        assert_eq!(rule(r.check_answer(a(0x100), 0x10, 256)), Rule::Overlap);
         assert_eq!(rule(r.check_answer(a(0x0), 0x101, 256)), Rule::Overlap);
+        assert_eq!(
+            rule(r.check_answer(a(0x80), 0x10, 128)),
+            Rule::Misaligned,
+            "every answer is aligned to at least 256 bytes"
+        );
         assert!(
             r.check_answer(a(0x0), 0x100, 256).is_ok(),
             "adjacent is fine"
@@ -309,6 +456,43 @@ mod tests {
             offset: 0,
         };
         assert_eq!(rule(r.check_answer(foreign, 1, 1)), Rule::ForeignChunk);
+    }
+
+    #[test]
+    fn overlaps_are_found_across_the_levels_of_a_large_chunk() {
+        // 64 MiB at a base that is not a multiple of 256: answers are still aligned addresses.
+        let mut r = Registry::default();
+        let base = 0x4000_0080u64;
+        let h = r.add_chunk(DevicePtr(base), 64 << 20).unwrap();
+        let a = |addr: u64| Answer {
+            chunk: h,
+            offset: addr - base,
+        };
+        let big = 0x4010_0000;
+        r.accept(a(big), (8 << 20) + 1, 256).unwrap();
+        let rule = |res: Result<DevicePtr, (Rule, String)>| res.map_err(|e| e.0);
+        // The one before reaches 8 MiB + 1 byte past its start: the next granule is taken.
+        assert_eq!(
+            rule(r.check_answer(a(big + (8 << 20)), 1, 256)),
+            Err(Rule::Overlap)
+        );
+        assert!(r.check_answer(a(big + (8 << 20) + 256), 1, 256).is_ok());
+        // Ending one byte into it, from far below.
+        assert_eq!(
+            rule(r.check_answer(a(0x4000_0100), big - 0x4000_0100 + 1, 256)),
+            Err(Rule::Overlap)
+        );
+        assert!(r
+            .check_answer(a(0x4000_0100), big - 0x4000_0100, 256)
+            .is_ok());
+        let e = r.check_answer(a(big + 4096), 16, 256).unwrap_err().1;
+        assert!(
+            e.contains("overlaps the live allocation at 0x40100000 (8388609 bytes)"),
+            "{e}"
+        );
+        r.remove_live(DevicePtr(big), (8 << 20) + 1).unwrap();
+        assert!(r.check_answer(a(big + 4096), 16, 256).is_ok());
+        assert_eq!(r.live_count(), 0);
     }
 
     #[test]
