@@ -1,20 +1,25 @@
 //! The sandbox's figures, in one run: ns per op on W1, W2, W3 (`shared/workloads.md`) for the
 //! first-fit example plugin sandboxed (with and without fuel and deadline), the same policy
-//! compiled natively behind the same lock and upstream, and `cuMemAlloc` per op; then the time
-//! to load and start a plugin, to quarantine one and recover, and the lock under threads.
+//! compiled natively behind the same lock and upstream, the built-in `PoolResource` and
+//! `cuMemAlloc` per op; then the time to load and start a plugin, to quarantine one and
+//! recover, and the lock under threads.
 //!
 //! Run with `cargo xtask wasm && cargo bench -p emm-sandbox --bench workloads`. The table goes
 //! to stdout and to `target/sandbox-bench.md`. Timing follows workloads.md: one untimed pass,
 //! three timed passes, the median, divided by the number of ops. The device is the simulator
 //! with contents tracking off, so the figures are the allocator's cost plus the simulator's
 //! for the chunks (a handful of driver calls per pass once the pool is warm).
+//!
+//! `cargo bench -p emm-sandbox --bench workloads -- TEXT` runs only the table rows whose name
+//! holds `TEXT` (e.g. `sandboxed`), without the one-off figures or the results file.
+//! `EMM_PLUGIN_DIR` points at another folder of built plugins, as for the tests.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use emm_core::mr::{CudaResource, DeviceMemoryResource, MrError, MrResult};
+use emm_core::mr::{CudaResource, DeviceMemoryResource, MrError, MrResult, PoolResource};
 use emm_core::workloads::{self, SplitMix64, Workload};
 use emm_core::{DevicePtr, Driver, StreamId};
 use emm_plugin_sdk::{Answer, Chunk, Error, Policy, Request, Upstream};
@@ -108,8 +113,11 @@ impl DeviceMemoryResource for NativeResource {
 }
 
 fn plugin_path(name: &str) -> PathBuf {
-    let path =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../target/wasm/{name}.wasm"));
+    let dir = std::env::var_os("EMM_PLUGIN_DIR").map_or_else(
+        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/wasm"),
+        PathBuf::from,
+    );
+    let path = dir.join(format!("{name}.wasm"));
     assert!(
         path.is_file(),
         "{} is missing: run `cargo xtask wasm` first",
@@ -205,11 +213,22 @@ fn main() {
             }),
         ),
         (
+            "PoolResource (built-in TLSF pool, same upstream)",
+            Box::new(PoolResource::new(CudaResource::<SimDriver>::new(
+                Arc::clone(&g),
+            ))),
+        ),
+        (
             "CudaResource (cuMemAlloc per op, simulated)",
             Box::new(CudaResource::<SimDriver>::new(Arc::clone(&g))),
         ),
     ];
+    // Cargo passes `--bench`; any other argument picks rows.
+    let filter = std::env::args().skip(1).find(|a| !a.starts_with("--"));
     for (name, r) in &rows {
+        if filter.as_ref().is_some_and(|f| !name.contains(f.as_str())) {
+            continue;
+        }
         let cells: Vec<String> = ws
             .iter()
             .map(|w| format!("{:.0}", ns_per_op(&**r, w)))
@@ -217,6 +236,9 @@ fn main() {
         line(format!("| {name} | {} |", cells.join(" | ")));
     }
     drop(rows);
+    if filter.is_some() {
+        return;
+    }
 
     let limits = PluginLimits::default();
     let compile = median(
