@@ -86,11 +86,13 @@ pub(crate) struct Registry {
 }
 
 impl Registry {
-    /// Records a new chunk for the current generation and returns its handle.
+    /// Records a new chunk for the current generation and returns its handle. Its start
+    /// bitmap takes one bit of host memory per 256 bytes of chunk.
     ///
     /// # Errors
     ///
-    /// [`Rule::TooManyChunks`] when every handle is in use.
+    /// A breach of [`Rule::TooManyChunks`] when every handle is in use; a host bug for a
+    /// chunk over 1 TiB, which `upstream_alloc` never asks for.
     pub fn add_chunk(&mut self, base: DevicePtr, size: u64) -> Result<u32, PluginFault> {
         let granules = base
             .0

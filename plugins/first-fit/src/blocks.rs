@@ -8,7 +8,7 @@
 use alloc::boxed::Box;
 use alloc::vec::Vec;
 
-use crate::scan::{first_at_least, mask_at_least};
+use crate::scan::{first_at_least, mask_at_least, max_of};
 
 /// Entries per leaf; a full leaf splits into two halves.
 pub const LEAF: usize = 32;
@@ -47,7 +47,7 @@ impl Leaf {
     /// The largest size.
     #[inline]
     fn max(&self) -> u64 {
-        self.sizes.iter().fold(0, |m, &s| m.max(s))
+        max_of(&self.sizes)
     }
 
     /// Puts `(key, size)` at `i`; the leaf has room.

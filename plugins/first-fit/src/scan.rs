@@ -10,6 +10,13 @@ pub fn mask_at_least<const N: usize>(values: &[u64; N], bound: u64) -> u32 {
     imp::mask_at_least(values, bound)
 }
 
+/// The largest of `values` (0 for none). `N` is even.
+#[inline]
+pub fn max_of<const N: usize>(values: &[u64; N]) -> u64 {
+    const { assert!(N % 2 == 0) };
+    imp::max_of(values)
+}
+
 /// The first index whose value is at least `bound`.
 ///
 /// # Time complexity
@@ -34,7 +41,9 @@ pub fn first_at_least(values: &[u64], bound: u64) -> Option<usize> {
 
 #[cfg(target_arch = "wasm32")]
 mod imp {
-    use core::arch::wasm32::{i64x2_bitmask, i64x2_ge, i64x2_splat, u64x2};
+    use core::arch::wasm32::{
+        i64x2_bitmask, i64x2_ge, i64x2_gt, i64x2_splat, u64x2, u64x2_extract_lane, v128_bitselect,
+    };
 
     #[inline]
     #[target_feature(enable = "simd128")]
@@ -48,6 +57,18 @@ mod imp {
         }
         mask
     }
+
+    #[inline]
+    #[target_feature(enable = "simd128")]
+    pub fn max_of<const N: usize>(values: &[u64; N]) -> u64 {
+        // wasm has no 64-bit lane max: a compare and a select per pair.
+        let mut m = u64x2(0, 0);
+        for pair in values.chunks_exact(2) {
+            let v = u64x2(pair[0], pair[1]);
+            m = v128_bitselect(v, m, i64x2_gt(v, m));
+        }
+        u64x2_extract_lane::<0>(m).max(u64x2_extract_lane::<1>(m))
+    }
 }
 
 #[cfg(not(target_arch = "wasm32"))]
@@ -59,6 +80,11 @@ mod imp {
             mask |= u32::from(v >= bound) << j;
         }
         mask
+    }
+
+    #[inline]
+    pub fn max_of<const N: usize>(values: &[u64; N]) -> u64 {
+        values.iter().fold(0, |m, &v| m.max(v))
     }
 }
 
@@ -75,6 +101,8 @@ mod tests {
                 want |= u32::from(v >= bound) << j;
             }
             assert_eq!(mask_at_least(&values, bound), want);
+            assert_eq!(max_of(&values), 10);
+            assert_eq!(max_of(&[0u64; 8]), 0);
             for n in 0..=32 {
                 assert_eq!(
                     first_at_least(&values[..n], bound),
