@@ -10,10 +10,10 @@ pub fn mask_at_least<const N: usize>(values: &[u64; N], bound: u64) -> u32 {
     imp::mask_at_least(values, bound)
 }
 
-/// The largest of `values` (0 for none). `N` is even.
+/// The largest of `values` (0 for none). `N` is at most 32 and even.
 #[inline]
 pub fn max_of<const N: usize>(values: &[u64; N]) -> u64 {
-    const { assert!(N % 2 == 0) };
+    const { assert!(N <= 32 && N % 2 == 0) };
     imp::max_of(values)
 }
 
@@ -61,13 +61,21 @@ mod imp {
     #[inline]
     #[target_feature(enable = "simd128")]
     pub fn max_of<const N: usize>(values: &[u64; N]) -> u64 {
-        // wasm has no 64-bit lane max: a compare and a select per pair.
-        let mut m = u64x2(0, 0);
-        for pair in values.chunks_exact(2) {
-            let v = u64x2(pair[0], pair[1]);
-            m = v128_bitselect(v, m, i64x2_gt(v, m));
+        // wasm has no 64-bit lane max: a compare and a select per pair of vectors, in a tree
+        // (log depth) rather than a chain, so the compares run side by side.
+        let mut v = [u64x2(0, 0); 16];
+        for (slot, pair) in v.iter_mut().zip(values.chunks_exact(2)) {
+            *slot = u64x2(pair[0], pair[1]);
         }
-        u64x2_extract_lane::<0>(m).max(u64x2_extract_lane::<1>(m))
+        let mut width = 16;
+        while width > 1 {
+            width /= 2;
+            for i in 0..width {
+                let (a, b) = (v[i], v[i + width]);
+                v[i] = v128_bitselect(a, b, i64x2_gt(a, b));
+            }
+        }
+        u64x2_extract_lane::<0>(v[0]).max(u64x2_extract_lane::<1>(v[0]))
     }
 }
 
