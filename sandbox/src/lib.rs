@@ -19,8 +19,8 @@
 //! - [`manager`]: [`PluginManager`], a plugin as a `MemoryManager`.
 //! - [`factory`]: [`PluginFactory`] and the `EMM_MEMORY_MANAGER` loader ([`install_loader`]).
 //! - [`host`]: the host functions a guest imports, [`LogLine`].
-//! - `registry`: chunks and live allocations, with `live_map` (live allocations by address)
-//!   and `start_bitmap` (where each chunk's allocations start) behind its O(1) checks;
+//! - `registry`: chunks and live allocations, with `chunk`, `live_map` (live allocations by
+//!   address) and `start_bitmap` (where a chunk's allocations start) behind its O(1) checks;
 //!   `instance`: one store and its calls; `ticker`: the epoch thread behind deadlines.
 
 #![warn(clippy::cast_possible_truncation)]
@@ -28,6 +28,7 @@
 #![warn(unsafe_op_in_unsafe_fn)]
 
 pub mod abi;
+mod chunk;
 mod control;
 pub mod error;
 mod exports;

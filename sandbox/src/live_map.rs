@@ -61,13 +61,8 @@ impl LiveMap {
 
     #[inline]
     fn home(&self, addr: u64) -> usize {
-        // The shift keeps the value below `slots.len()`, so it fits a usize.
-        #[expect(
-            clippy::cast_possible_truncation,
-            reason = "shifted right to at most log2(slots) bits"
-        )]
-        let home = ((addr >> 8).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> self.shift) as usize;
-        home
+        // The shift leaves at most log2(slots) bits: the value indexes the table.
+        ((addr >> 8).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> self.shift) as usize
     }
 
     #[inline]

@@ -3,63 +3,21 @@
 //!
 //! Every check on the allocation path is O(1) in the number of live allocations: the chunk is
 //! an index into a vector, the live allocations are a hash table by address ([`LiveMap`]), and
-//! each chunk keeps a bitmap of where its live allocations start ([`StartBitmap`]), which
-//! answers "does anything start inside the answer, and does the allocation before it reach
-//! into it" in a few word reads.
+//! each [`Chunk`] keeps a bitmap of where its live allocations start, which answers "does
+//! anything start inside the answer, and does the allocation before it reach into it" in a
+//! few word reads.
 
 use emm_core::units::Bytes;
 use emm_core::DevicePtr;
 
 use crate::abi::{Answer, MAX_CHUNK_HANDLE};
+pub(crate) use crate::chunk::Chunk;
+use crate::chunk::GRANULE_SHIFT;
 use crate::fault::{host_bug, PluginFault, Rule};
 use crate::live_map::LiveMap;
-use crate::start_bitmap::StartBitmap;
 
 /// The `origin` of an allocation served by the fallback resource rather than a chunk.
 pub(crate) const FALLBACK: u32 = 0;
-
-/// log2 of the granule the start bitmaps count in: every answer is aligned to at least 256
-/// bytes, so two live allocations never start in the same granule, and disjoint allocations
-/// cover disjoint granules.
-const GRANULE_SHIFT: u32 = 8;
-
-/// A chunk of upstream memory held for a plugin.
-#[derive(Debug)]
-pub(crate) struct Chunk {
-    /// Its device address.
-    pub base: DevicePtr,
-    /// Its size in bytes.
-    pub size: u64,
-    /// Live allocations inside it.
-    pub live: u32,
-    /// The instance generation that holds it; older ones are orphans of a quarantine.
-    pub generation: u32,
-    /// Where its live allocations start, by granule from `base`'s granule.
-    starts: StartBitmap,
-}
-
-impl Chunk {
-    /// The granule of `addr` (at or after `base`), counted from `base`'s granule.
-    #[inline]
-    fn granule(&self, addr: u64) -> usize {
-        let g = (addr >> GRANULE_SHIFT) - (self.base.0 >> GRANULE_SHIFT);
-        usize::try_from(g).unwrap_or(usize::MAX)
-    }
-
-    /// The first granule at or after `end`: where an allocation ending at `end` stops.
-    #[inline]
-    fn granule_end(&self, end: u64) -> usize {
-        let up = (end >> GRANULE_SHIFT) + u64::from(end & ((1 << GRANULE_SHIFT) - 1) != 0);
-        let g = up - (self.base.0 >> GRANULE_SHIFT);
-        usize::try_from(g).unwrap_or(usize::MAX)
-    }
-
-    /// The address of granule `g`.
-    #[inline]
-    fn address(&self, g: usize) -> u64 {
-        ((self.base.0 >> GRANULE_SHIFT) + g as u64) << GRANULE_SHIFT
-    }
-}
 
 /// A live allocation: its size as requested and where it came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,21 +52,9 @@ impl Registry {
     /// A breach of [`Rule::TooManyChunks`] when every handle is in use; a host bug for a
     /// chunk over 1 TiB, which `upstream_alloc` never asks for.
     pub fn add_chunk(&mut self, base: DevicePtr, size: u64) -> Result<u32, PluginFault> {
-        let granules = base
-            .0
-            .checked_add(size)
-            .map(|end| end.div_ceil(1 << GRANULE_SHIFT) - (base.0 >> GRANULE_SHIFT))
-            .and_then(|g| usize::try_from(g).ok());
         // Sizes above `MAX_CHUNK_BYTES` never get here (`upstream_alloc` refuses them).
-        let Some(starts) = granules.and_then(StartBitmap::new) else {
+        let Some(chunk) = Chunk::new(base, size, self.generation) else {
             return Err(host_bug!());
-        };
-        let chunk = Chunk {
-            base,
-            size,
-            live: 0,
-            generation: self.generation,
-            starts,
         };
         let too_many = || PluginFault::BadAnswer {
             rule: Rule::TooManyChunks,
@@ -150,8 +96,8 @@ impl Registry {
     }
 
     /// Checks an answer to a request of `size` bytes aligned to `align` (a power of two; less
-    /// than 256 counts as 256, as every request asks): a chunk of the current generation, aligned, inside the chunk, overlapping no
-    /// live allocation.
+    /// than 256 counts as 256, as every request asks): a chunk of the current generation,
+    /// aligned, inside the chunk, overlapping no live allocation.
     ///
     /// # Time complexity
     ///
@@ -183,26 +129,9 @@ impl Registry {
         if addr & (align - 1) != 0 {
             return Err(misaligned(a, addr, align));
         }
-        // `addr + size` is inside the chunk, so it does not overflow.
-        let end_addr = addr + size;
-        let first = chunk.granule(addr);
-        // Anything starting inside the answer overlaps it...
-        if let Some(g) = chunk
-            .starts
-            .next_from(first)
-            .filter(|&g| g < chunk.granule_end(end_addr))
-        {
-            return Err(self.overlap(a, size, addr, chunk.address(g)));
-        }
-        // ...and so does the allocation before it, if it reaches past the answer's start
-        // (live allocations never overlap, so no earlier one can).
-        if let Some(g) = chunk.starts.last_before(first) {
-            let start = chunk.address(g);
-            // A start without its allocation cannot happen; refuse rather than guess.
-            let before = self.live.get(start).map_or(u64::MAX, |l| l.size);
-            if start.saturating_add(before) > addr {
-                return Err(self.overlap(a, size, addr, start));
-            }
+        let size_at = |start| self.live.get(start).map(|l| l.size);
+        if let Some(other) = chunk.overlap(addr, size, size_at) {
+            return Err(self.overlap(a, size, addr, other));
         }
         Ok(DevicePtr(addr))
     }
@@ -215,9 +144,7 @@ impl Registry {
     #[inline]
     pub fn insert_live(&mut self, ptr: DevicePtr, size: u64, origin: u32) {
         if let Some(chunk) = self.chunk_mut(origin) {
-            chunk.live = chunk.live.saturating_add(1);
-            let g = chunk.granule(ptr.0);
-            chunk.starts.set(g);
+            chunk.record(ptr.0);
         }
         self.live.insert(ptr.0, Live { size, origin });
         self.live_bytes = self.live_bytes.saturating_add(size);
@@ -256,9 +183,7 @@ impl Registry {
         };
         self.live_bytes = self.live_bytes.saturating_sub(size);
         if let Some(chunk) = self.chunk_mut(live.origin) {
-            chunk.live = chunk.live.saturating_sub(1);
-            let g = chunk.granule(ptr.0);
-            chunk.starts.clear(g);
+            chunk.forget(ptr.0);
         }
         Ok(live)
     }
@@ -415,152 +340,5 @@ fn foreign(handle: u32) -> (Rule, String) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn reg() -> (Registry, u32) {
-        let mut r = Registry::default();
-        let h = r.add_chunk(DevicePtr(0x10_0000), 0x1000).unwrap();
-        (r, h)
-    }
-
-    #[test]
-    fn answers_are_checked_for_each_rule() {
-        let (mut r, h) = reg();
-        let a = |offset| Answer { chunk: h, offset };
-        let p = r.check_answer(a(0x100), 0x100, 256).unwrap();
-        assert_eq!(p, DevicePtr(0x10_0100));
-        r.insert_live(p, 0x100, h);
-        let rule = |res: Result<DevicePtr, (Rule, String)>| res.unwrap_err().0;
-        assert_eq!(rule(r.check_answer(a(0x100), 0x10, 256)), Rule::Overlap);
-        assert_eq!(rule(r.check_answer(a(0x0), 0x101, 256)), Rule::Overlap);
-        assert_eq!(
-            rule(r.check_answer(a(0x80), 0x10, 128)),
-            Rule::Misaligned,
-            "every answer is aligned to at least 256 bytes"
-        );
-        assert!(
-            r.check_answer(a(0x0), 0x100, 256).is_ok(),
-            "adjacent is fine"
-        );
-        assert!(
-            r.check_answer(a(0x200), 0x100, 256).is_ok(),
-            "adjacent is fine"
-        );
-        assert_eq!(rule(r.check_answer(a(0x210), 0x10, 256)), Rule::Misaligned);
-        assert_eq!(
-            rule(r.check_answer(a(0xf00), 0x101, 256)),
-            Rule::OutsideChunk
-        );
-        assert_eq!(rule(r.check_answer(a(u64::MAX), 1, 1)), Rule::OutsideChunk);
-        let foreign = Answer {
-            chunk: 9,
-            offset: 0,
-        };
-        assert_eq!(rule(r.check_answer(foreign, 1, 1)), Rule::ForeignChunk);
-    }
-
-    #[test]
-    fn overlaps_are_found_across_the_levels_of_a_large_chunk() {
-        // 64 MiB at a base that is not a multiple of 256: answers are still aligned addresses.
-        let mut r = Registry::default();
-        let base = 0x4000_0080u64;
-        let h = r.add_chunk(DevicePtr(base), 64 << 20).unwrap();
-        let a = |addr: u64| Answer {
-            chunk: h,
-            offset: addr - base,
-        };
-        let big = 0x4010_0000;
-        r.accept(a(big), (8 << 20) + 1, 256).unwrap();
-        let rule = |res: Result<DevicePtr, (Rule, String)>| res.map_err(|e| e.0);
-        // The one before reaches 8 MiB + 1 byte past its start: the next granule is taken.
-        assert_eq!(
-            rule(r.check_answer(a(big + (8 << 20)), 1, 256)),
-            Err(Rule::Overlap)
-        );
-        assert!(r.check_answer(a(big + (8 << 20) + 256), 1, 256).is_ok());
-        // Ending one byte into it, from far below.
-        assert_eq!(
-            rule(r.check_answer(a(0x4000_0100), big - 0x4000_0100 + 1, 256)),
-            Err(Rule::Overlap)
-        );
-        assert!(r
-            .check_answer(a(0x4000_0100), big - 0x4000_0100, 256)
-            .is_ok());
-        let e = r.check_answer(a(big + 4096), 16, 256).unwrap_err().1;
-        assert!(
-            e.contains("overlaps the live allocation at 0x40100000 (8388609 bytes)"),
-            "{e}"
-        );
-        r.remove_live(DevicePtr(big), (8 << 20) + 1).unwrap();
-        assert!(r.check_answer(a(big + 4096), 16, 256).is_ok());
-        assert_eq!(r.live_count(), 0);
-    }
-
-    #[test]
-    fn frees_need_the_exact_pointer_and_size_and_chunks_go_only_when_empty() {
-        let (mut r, h) = reg();
-        let p = r
-            .check_answer(
-                Answer {
-                    chunk: h,
-                    offset: 0,
-                },
-                64,
-                256,
-            )
-            .unwrap();
-        r.insert_live(p, 64, h);
-        assert_eq!(r.release_chunk(h).unwrap_err().0, Rule::ChunkInUse);
-        assert!(r.remove_live(p, 65).unwrap_err().contains("64 bytes"));
-        assert!(r.remove_live(p.offset(1), 64).is_err());
-        assert_eq!(r.remove_live(p, 64).unwrap().origin, h);
-        assert!(r.remove_live(p, 64).is_err(), "double free");
-        assert_eq!(r.release_chunk(h).unwrap().size, 0x1000);
-        assert_eq!(r.release_chunk(h).unwrap_err().0, Rule::ForeignChunk);
-        assert_eq!((r.held_bytes, r.chunk_count()), (0, 0));
-        let again = r.add_chunk(DevicePtr(0x20_0000), 0x2000).unwrap();
-        assert_eq!(again, h, "handles are reused");
-    }
-
-    #[test]
-    fn orphans_leave_only_when_empty_and_are_foreign_to_the_new_generation() {
-        let (mut r, h) = reg();
-        let p = r
-            .check_answer(
-                Answer {
-                    chunk: h,
-                    offset: 0,
-                },
-                64,
-                256,
-            )
-            .unwrap();
-        r.insert_live(p, 64, h);
-        let empty = r.add_chunk(DevicePtr(0x30_0000), 0x1000).unwrap();
-        r.orphan_all();
-        let taken = r.take_empty_orphans();
-        assert_eq!(taken.len(), 1);
-        assert_eq!(taken[0].base, DevicePtr(0x30_0000));
-        assert!(r.chunk(empty).is_none());
-        let rule = r
-            .check_answer(
-                Answer {
-                    chunk: h,
-                    offset: 0x100,
-                },
-                1,
-                1,
-            )
-            .unwrap_err()
-            .0;
-        assert_eq!(
-            rule,
-            Rule::ForeignChunk,
-            "an orphan is no longer the plugin's"
-        );
-        r.remove_live(p, 64).unwrap();
-        assert_eq!(r.take_empty_orphans().len(), 1);
-        assert_eq!(r.held_bytes, 0);
-    }
-}
+#[path = "registry_tests.rs"]
+mod tests;

@@ -199,10 +199,6 @@ impl StartBitmap {
 }
 
 #[cfg(test)]
-#[expect(
-    clippy::cast_possible_truncation,
-    reason = "test values are small, on a 64-bit host"
-)]
 mod tests {
     use super::*;
     use std::collections::BTreeSet;
