@@ -1,20 +1,25 @@
 //! The sandbox's figures, in one run: ns per op on W1, W2, W3 (`shared/workloads.md`) for the
 //! first-fit example plugin sandboxed (with and without fuel and deadline), the same policy
-//! compiled natively behind the same lock and upstream, and `cuMemAlloc` per op; then the time
-//! to load and start a plugin, to quarantine one and recover, and the lock under threads.
+//! compiled natively behind the same lock and upstream, the built-in `PoolResource` and
+//! `cuMemAlloc` per op; then the time to load and start a plugin, to quarantine one and
+//! recover, the host's floor (a guest that does next to nothing) and the lock under threads.
 //!
 //! Run with `cargo xtask wasm && cargo bench -p emm-sandbox --bench workloads`. The table goes
 //! to stdout and to `target/sandbox-bench.md`. Timing follows workloads.md: one untimed pass,
 //! three timed passes, the median, divided by the number of ops. The device is the simulator
 //! with contents tracking off, so the figures are the allocator's cost plus the simulator's
 //! for the chunks (a handful of driver calls per pass once the pool is warm).
+//!
+//! `cargo bench -p emm-sandbox --bench workloads -- TEXT` runs only the table rows whose name
+//! holds `TEXT` (e.g. `sandboxed`), without the one-off figures or the results file.
+//! `EMM_PLUGIN_DIR` points at another folder of built plugins, as for the tests.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use emm_core::mr::{CudaResource, DeviceMemoryResource, MrError, MrResult};
+use emm_core::mr::{CudaResource, DeviceMemoryResource, MrError, MrResult, PoolResource};
 use emm_core::workloads::{self, SplitMix64, Workload};
 use emm_core::{DevicePtr, Driver, StreamId};
 use emm_plugin_sdk::{Answer, Chunk, Error, Policy, Request, Upstream};
@@ -23,6 +28,32 @@ use emm_sim::{SimConfig, SimDriver, GIB};
 use first_fit::FirstFit;
 
 const S: StreamId = StreamId::DEFAULT;
+
+/// A guest that does next to nothing: a bump pointer over one 1 GiB chunk, back to 0 when it
+/// runs out (the floor measurement frees each allocation before the next), frees ignored.
+const BUMP_WAT: &str = r#"(module
+  (import "emm" "upstream_alloc" (func $up_alloc (param i64 i64) (result i32)))
+  (memory (export "memory") 1)
+  (global $chunk (mut i32) (i32.const 0))
+  (global $top (mut i64) (i64.const 0))
+  (func (export "emm_abi_version") (result i32) (i32.const 1))
+  (func (export "emm_buffer") (param i32) (result i32) (i32.const 1024))
+  (func (export "emm_init") (param i32 i32) (result i32) (i32.const 0))
+  (func (export "emm_alloc") (param $size i64) (param $align i64) (param $stream i64)
+    (result i64) (local $off i64)
+    (if (i32.eqz (global.get $chunk))
+      (then (global.set $chunk (call $up_alloc (i64.const 1073741824) (i64.const 256)))))
+    (if (i32.lt_s (global.get $chunk) (i32.const 0)) (then (return (i64.const -1))))
+    (local.set $off (global.get $top))
+    (global.set $top (i64.add (local.get $off)
+      (i64.and (i64.add (local.get $size) (i64.const 255)) (i64.const -256))))
+    (if (i64.gt_u (global.get $top) (i64.const 1073741824))
+      (then (local.set $off (i64.const 0))
+            (global.set $top (i64.and (i64.add (local.get $size) (i64.const 255))
+                                      (i64.const -256)))))
+    (i64.or (i64.shl (i64.extend_i32_u (global.get $chunk)) (i64.const 40)) (local.get $off)))
+  (func (export "emm_free") (param i32 i64 i64 i64) (result i32) (i32.const 0))
+)"#;
 
 /// Chunks for the native twin, from the same upstream resource the sandbox uses.
 struct NativeUpstream {
@@ -108,8 +139,11 @@ impl DeviceMemoryResource for NativeResource {
 }
 
 fn plugin_path(name: &str) -> PathBuf {
-    let path =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../target/wasm/{name}.wasm"));
+    let dir = std::env::var_os("EMM_PLUGIN_DIR").map_or_else(
+        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/wasm"),
+        PathBuf::from,
+    );
+    let path = dir.join(format!("{name}.wasm"));
     assert!(
         path.is_file(),
         "{} is missing: run `cargo xtask wasm` first",
@@ -205,11 +239,22 @@ fn main() {
             }),
         ),
         (
+            "PoolResource (built-in TLSF pool, same upstream)",
+            Box::new(PoolResource::new(CudaResource::<SimDriver>::new(
+                Arc::clone(&g),
+            ))),
+        ),
+        (
             "CudaResource (cuMemAlloc per op, simulated)",
             Box::new(CudaResource::<SimDriver>::new(Arc::clone(&g))),
         ),
     ];
+    // Cargo passes `--bench`; any other argument picks rows.
+    let filter = std::env::args().skip(1).find(|a| !a.starts_with("--"));
     for (name, r) in &rows {
+        if filter.as_ref().is_some_and(|f| !name.contains(f.as_str())) {
+            continue;
+        }
         let cells: Vec<String> = ws
             .iter()
             .map(|w| format!("{:.0}", ns_per_op(&**r, w)))
@@ -217,6 +262,9 @@ fn main() {
         line(format!("| {name} | {} |", cells.join(" | ")));
     }
     drop(rows);
+    if filter.is_some() {
+        return;
+    }
 
     let limits = PluginLimits::default();
     let compile = median(
@@ -290,6 +338,36 @@ fn main() {
         "quarantine (trap) + restart + the next allocation: {:.1} µs (median of 200)",
         recover.as_secs_f64() * 1e6
     ));
+
+    // The host's floor: a guest that does next to nothing (a bump pointer over one chunk),
+    // so what is left is the lock, the call into wasm and the checks of every answer and free.
+    let floor = PluginModule::from_bytes(
+        "bump",
+        BUMP_WAT.as_bytes(),
+        PluginLimits::default(),
+        Vec::new(),
+    )
+    .expect("bump");
+    let r = PluginResource::new(Arc::new(floor), cuda(&g));
+    let pairs = 200_000u32;
+    let floor = median(
+        (0..5)
+            .map(|_| {
+                let t = Instant::now();
+                for _ in 0..pairs {
+                    let p = r.allocate(4096, S).expect("bump");
+                    r.deallocate(p, 4096, S).expect("free");
+                }
+                t.elapsed()
+            })
+            .collect(),
+    );
+    line(format!(
+        "the host's floor (a bump-pointer guest, fuel + deadline, 4 KiB allocate + free \
+         pairs): {:.0} ns per op (median of 5)",
+        floor.as_nanos() as f64 / f64::from(2 * pairs)
+    ));
+    drop(r);
 
     // The lock under threads: W3-like churn, pairs per thread.
     let shared = Arc::new(sandboxed(&g, PluginLimits::default()));

@@ -108,13 +108,10 @@ impl HostState {
                 Ok(handle) => {
                     i32::try_from(handle).map_err(|_| self.breach(crate::fault::host_bug!()))
                 }
-                Err(rule) => {
-                    // The chunk cannot be named: give it back before trapping.
+                Err(fault) => {
+                    // The chunk cannot be recorded: give it back before trapping.
                     let _ = self.upstream.deallocate(ptr, bytes, StreamId::DEFAULT);
-                    Err(self.breach(PluginFault::BadAnswer {
-                        rule,
-                        detail: format!("upstream_alloc({size}, {align}) with every handle in use"),
-                    }))
+                    Err(self.breach(fault))
                 }
             },
             Err(e) if e.is_out_of_memory() => Ok(STATUS_OUT_OF_MEMORY),

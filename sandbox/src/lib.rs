@@ -19,14 +19,16 @@
 //! - [`manager`]: [`PluginManager`], a plugin as a `MemoryManager`.
 //! - [`factory`]: [`PluginFactory`] and the `EMM_MEMORY_MANAGER` loader ([`install_loader`]).
 //! - [`host`]: the host functions a guest imports, [`LogLine`].
-//! - `registry`: chunks and live allocations; `instance`: one store and its calls;
-//!   `ticker`: the epoch thread behind deadlines.
+//! - `registry`: chunks and live allocations, with `chunk`, `live_map` (live allocations by
+//!   address) and `start_bitmap` (where a chunk's allocations start) behind its O(1) checks;
+//!   `instance`: one store and its calls; `ticker`: the epoch thread behind deadlines.
 
 #![warn(clippy::cast_possible_truncation)]
 #![warn(clippy::undocumented_unsafe_blocks, clippy::missing_safety_doc)]
 #![warn(unsafe_op_in_unsafe_fn)]
 
 pub mod abi;
+mod chunk;
 mod control;
 pub mod error;
 mod exports;
@@ -35,10 +37,12 @@ pub mod fault;
 pub mod host;
 mod instance;
 pub mod limits;
+mod live_map;
 pub mod manager;
 pub mod module;
 mod registry;
 pub mod resource;
+mod start_bitmap;
 pub mod stats;
 mod ticker;
 

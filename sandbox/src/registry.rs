@@ -1,29 +1,23 @@
 //! [`Registry`]: the host's record of every chunk a plugin holds and every live allocation —
 //! what lets the host check each answer and keep every allocation valid through a quarantine.
-
-use std::collections::BTreeMap;
+//!
+//! Every check on the allocation path is O(1) in the number of live allocations: the chunk is
+//! an index into a vector, the live allocations are a hash table by address ([`LiveMap`]), and
+//! each [`Chunk`] keeps a bitmap of where its live allocations start, which answers "does
+//! anything start inside the answer, and does the allocation before it reach into it" in a
+//! few word reads.
 
 use emm_core::units::Bytes;
 use emm_core::DevicePtr;
 
 use crate::abi::{Answer, MAX_CHUNK_HANDLE};
-use crate::fault::Rule;
+pub(crate) use crate::chunk::Chunk;
+use crate::chunk::GRANULE_SHIFT;
+use crate::fault::{host_bug, PluginFault, Rule};
+use crate::live_map::LiveMap;
 
 /// The `origin` of an allocation served by the fallback resource rather than a chunk.
 pub(crate) const FALLBACK: u32 = 0;
-
-/// A chunk of upstream memory held for a plugin.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Chunk {
-    /// Its device address.
-    pub base: DevicePtr,
-    /// Its size in bytes.
-    pub size: u64,
-    /// Live allocations inside it.
-    pub live: u32,
-    /// The instance generation that holds it; older ones are orphans of a quarantine.
-    pub generation: u32,
-}
 
 /// A live allocation: its size as requested and where it came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,7 +34,7 @@ pub(crate) struct Live {
 pub(crate) struct Registry {
     chunks: Vec<Option<Chunk>>,
     free_handles: Vec<u32>,
-    live: BTreeMap<u64, Live>,
+    live: LiveMap,
     /// Bytes of all chunks held (current and orphaned).
     pub held_bytes: u64,
     /// Bytes of live allocations (fallback included).
@@ -50,48 +44,65 @@ pub(crate) struct Registry {
 }
 
 impl Registry {
-    /// Records a new chunk for the current generation and returns its handle.
-    pub fn add_chunk(&mut self, base: DevicePtr, size: u64) -> Result<u32, Rule> {
-        let chunk = Chunk {
-            base,
-            size,
-            live: 0,
-            generation: self.generation,
+    /// Records a new chunk for the current generation and returns its handle. Its start
+    /// bitmap takes one bit of host memory per 256 bytes of chunk.
+    ///
+    /// # Errors
+    ///
+    /// A breach of [`Rule::TooManyChunks`] when every handle is in use; a host bug for a
+    /// chunk over 1 TiB, which `upstream_alloc` never asks for.
+    pub fn add_chunk(&mut self, base: DevicePtr, size: u64) -> Result<u32, PluginFault> {
+        // Sizes above `MAX_CHUNK_BYTES` never get here (`upstream_alloc` refuses them).
+        let Some(chunk) = Chunk::new(base, size, self.generation) else {
+            return Err(host_bug!());
+        };
+        let too_many = || PluginFault::BadAnswer {
+            rule: Rule::TooManyChunks,
+            detail: format!("upstream_alloc({size}) with every handle in use"),
         };
         let handle = match self.free_handles.pop() {
             Some(h) => h,
             None => {
-                let next = u32::try_from(self.chunks.len() + 1).map_err(|_| Rule::TooManyChunks)?;
-                if next > MAX_CHUNK_HANDLE {
-                    return Err(Rule::TooManyChunks);
-                }
+                let next = u32::try_from(self.chunks.len() + 1)
+                    .ok()
+                    .filter(|&h| h <= MAX_CHUNK_HANDLE)
+                    .ok_or_else(too_many)?;
                 self.chunks.push(None);
                 next
             }
         };
-        let slot = self.slot_mut(handle).ok_or(Rule::TooManyChunks)?;
+        let slot = self.slot_mut(handle).ok_or_else(too_many)?;
         *slot = Some(chunk);
         self.held_bytes = self.held_bytes.saturating_add(size);
         Ok(handle)
     }
 
+    #[inline]
     fn slot_mut(&mut self, handle: u32) -> Option<&mut Option<Chunk>> {
         let i = usize::try_from(handle.checked_sub(1)?).ok()?;
         self.chunks.get_mut(i)
     }
 
+    #[inline]
+    fn chunk_mut(&mut self, handle: u32) -> Option<&mut Chunk> {
+        self.slot_mut(handle)?.as_mut()
+    }
+
     /// The chunk behind `handle`, of any generation.
+    #[inline]
     pub fn chunk(&self, handle: u32) -> Option<&Chunk> {
         let i = usize::try_from(handle.checked_sub(1)?).ok()?;
         self.chunks.get(i)?.as_ref()
     }
 
-    /// Checks an answer to a request of `size` bytes aligned to `align`: a chunk of the
-    /// current generation, aligned, inside the chunk, overlapping no live allocation.
+    /// Checks an answer to a request of `size` bytes aligned to `align` (a power of two; less
+    /// than 256 counts as 256, as every request asks): a chunk of the current generation,
+    /// aligned, inside the chunk, overlapping no live allocation.
     ///
     /// # Time complexity
     ///
-    /// One ordered-map lookup: O(log live).
+    /// O(1) in the number of live allocations: two bitmap queries of O(log64 granules) words
+    /// and at most one hash probe.
     #[inline]
     pub fn check_answer(
         &self,
@@ -103,84 +114,76 @@ impl Registry {
             .chunk(a.chunk)
             .filter(|c| c.generation == self.generation)
         else {
-            return Err((
-                Rule::ForeignChunk,
-                format!(
-                    "the answer names chunk {}, which the plugin does not hold",
-                    a.chunk
-                ),
-            ));
+            return Err(not_held(a));
         };
         let addr = chunk.base.0.checked_add(a.offset);
         let end = a.offset.checked_add(size);
         let (Some(addr), Some(end)) = (addr, end) else {
-            return Err((Rule::OutsideChunk, outside(a, size, chunk)));
+            return Err(outside(a, size, chunk));
         };
         if end > chunk.size {
-            return Err((Rule::OutsideChunk, outside(a, size, chunk)));
+            return Err(outside(a, size, chunk));
         }
-        if addr % align != 0 {
-            return Err((
-                Rule::Misaligned,
-                format!(
-                    "chunk {} offset {:#x} is address {:#x}, not a multiple of {align}",
-                    a.chunk, a.offset, addr
-                ),
-            ));
+        // At least 256 (every request asks for that much): the start bitmaps count in granules.
+        let align = align.max(1 << GRANULE_SHIFT);
+        if addr & (align - 1) != 0 {
+            return Err(misaligned(a, addr, align));
         }
-        // Live allocations never overlap, so only the last one starting before our end can.
-        let end_addr = addr.saturating_add(size);
-        if let Some((&start, other)) = self.live.range(..end_addr).next_back() {
-            if start.saturating_add(other.size) > addr {
-                return Err((
-                    Rule::Overlap,
-                    format!(
-                        "chunk {} offset {:#x} ({} bytes, address {:#x}) overlaps the live \
-                         allocation at {:#x} ({} bytes)",
-                        a.chunk, a.offset, size, addr, start, other.size
-                    ),
-                ));
-            }
+        let size_at = |start| self.live.get(start).map(|l| l.size);
+        if let Some(other) = chunk.overlap(addr, size, size_at) {
+            return Err(self.overlap(a, size, addr, other));
         }
         Ok(DevicePtr(addr))
     }
 
     /// Records a checked allocation. `origin` is a chunk handle or [`FALLBACK`].
+    ///
+    /// # Time complexity
+    ///
+    /// Expected O(1).
     #[inline]
     pub fn insert_live(&mut self, ptr: DevicePtr, size: u64, origin: u32) {
-        if let Some(Some(chunk)) = origin
-            .checked_sub(1)
-            .and_then(|i| usize::try_from(i).ok())
-            .and_then(|i| self.chunks.get_mut(i))
-        {
-            chunk.live = chunk.live.saturating_add(1);
+        if let Some(chunk) = self.chunk_mut(origin) {
+            chunk.record(ptr.0);
         }
         self.live.insert(ptr.0, Live { size, origin });
         self.live_bytes = self.live_bytes.saturating_add(size);
     }
 
+    /// Checks an answer and records it: [`Registry::check_answer`] then
+    /// [`Registry::insert_live`].
+    ///
+    /// # Time complexity
+    ///
+    /// O(1) in the number of live allocations.
+    #[inline]
+    pub fn accept(
+        &mut self,
+        a: Answer,
+        size: u64,
+        align: u64,
+    ) -> Result<DevicePtr, (Rule, String)> {
+        let ptr = self.check_answer(a, size, align)?;
+        self.insert_live(ptr, size, a.chunk);
+        Ok(ptr)
+    }
+
     /// Takes a live allocation out, when `ptr` is one and `size` is its size; otherwise says
     /// why not and changes nothing.
+    ///
+    /// # Time complexity
+    ///
+    /// Expected O(1).
     #[inline]
     pub fn remove_live(&mut self, ptr: DevicePtr, size: u64) -> Result<Live, String> {
-        use std::collections::btree_map::Entry;
-        let Entry::Occupied(e) = self.live.entry(ptr.0) else {
-            return Err(
-                "not a live allocation of this plugin: a foreign pointer, an interior \
-                 pointer, or already freed"
-                    .to_string(),
-            );
+        let live = match self.live.remove_if(ptr.0, |l| l.size == size) {
+            Some(Ok(live)) => live,
+            Some(Err(other)) => return Err(wrong_size(other)),
+            None => return Err(not_live()),
         };
-        if e.get().size != size {
-            return Err(format!(
-                "it was allocated with {} bytes; give the size it was allocated with",
-                e.get().size
-            ));
-        }
-        let live = e.remove();
         self.live_bytes = self.live_bytes.saturating_sub(size);
-        if let Some(Some(chunk)) = self.slot_mut(live.origin) {
-            chunk.live = chunk.live.saturating_sub(1);
+        if let Some(chunk) = self.chunk_mut(live.origin) {
+            chunk.forget(ptr.0);
         }
         Ok(live)
     }
@@ -256,11 +259,77 @@ impl Registry {
     }
 }
 
-fn outside(a: Answer, size: u64, chunk: &Chunk) -> String {
-    format!(
-        "chunk {} offset {:#x} + {} bytes runs past the chunk's {} bytes",
-        a.chunk, a.offset, size, chunk.size
+impl Registry {
+    /// The breach of an answer at `addr` overlapping the live allocation at `other`.
+    #[cold]
+    #[inline(never)]
+    fn overlap(&self, a: Answer, size: u64, addr: u64, other: u64) -> (Rule, String) {
+        let other_size = self
+            .live
+            .get(other)
+            .map_or_else(|| "unknown".to_string(), |l| l.size.to_string());
+        (
+            Rule::Overlap,
+            format!(
+                "chunk {} offset {:#x} ({} bytes, address {:#x}) overlaps the live \
+                 allocation at {:#x} ({} bytes)",
+                a.chunk, a.offset, size, addr, other, other_size
+            ),
+        )
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn not_held(a: Answer) -> (Rule, String) {
+    (
+        Rule::ForeignChunk,
+        format!(
+            "the answer names chunk {}, which the plugin does not hold",
+            a.chunk
+        ),
     )
+}
+
+#[cold]
+#[inline(never)]
+fn outside(a: Answer, size: u64, chunk: &Chunk) -> (Rule, String) {
+    (
+        Rule::OutsideChunk,
+        format!(
+            "chunk {} offset {:#x} + {} bytes runs past the chunk's {} bytes",
+            a.chunk, a.offset, size, chunk.size
+        ),
+    )
+}
+
+#[cold]
+#[inline(never)]
+fn misaligned(a: Answer, addr: u64, align: u64) -> (Rule, String) {
+    (
+        Rule::Misaligned,
+        format!(
+            "chunk {} offset {:#x} is address {:#x}, not a multiple of {align}",
+            a.chunk, a.offset, addr
+        ),
+    )
+}
+
+#[cold]
+#[inline(never)]
+fn wrong_size(live: Live) -> String {
+    format!(
+        "it was allocated with {} bytes; give the size it was allocated with",
+        live.size
+    )
+}
+
+#[cold]
+#[inline(never)]
+fn not_live() -> String {
+    "not a live allocation of this plugin: a foreign pointer, an interior pointer, or already \
+     freed"
+        .to_string()
 }
 
 fn foreign(handle: u32) -> (Rule, String) {
@@ -271,110 +340,5 @@ fn foreign(handle: u32) -> (Rule, String) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn reg() -> (Registry, u32) {
-        let mut r = Registry::default();
-        let h = r.add_chunk(DevicePtr(0x10_0000), 0x1000).unwrap();
-        (r, h)
-    }
-
-    #[test]
-    fn answers_are_checked_for_each_rule() {
-        let (mut r, h) = reg();
-        let a = |offset| Answer { chunk: h, offset };
-        let p = r.check_answer(a(0x100), 0x100, 256).unwrap();
-        assert_eq!(p, DevicePtr(0x10_0100));
-        r.insert_live(p, 0x100, h);
-        let rule = |res: Result<DevicePtr, (Rule, String)>| res.unwrap_err().0;
-        assert_eq!(rule(r.check_answer(a(0x180), 0x10, 128)), Rule::Overlap);
-        assert_eq!(rule(r.check_answer(a(0x0), 0x101, 256)), Rule::Overlap);
-        assert!(
-            r.check_answer(a(0x0), 0x100, 256).is_ok(),
-            "adjacent is fine"
-        );
-        assert!(
-            r.check_answer(a(0x200), 0x100, 256).is_ok(),
-            "adjacent is fine"
-        );
-        assert_eq!(rule(r.check_answer(a(0x210), 0x10, 256)), Rule::Misaligned);
-        assert_eq!(
-            rule(r.check_answer(a(0xf00), 0x101, 256)),
-            Rule::OutsideChunk
-        );
-        assert_eq!(rule(r.check_answer(a(u64::MAX), 1, 1)), Rule::OutsideChunk);
-        let foreign = Answer {
-            chunk: 9,
-            offset: 0,
-        };
-        assert_eq!(rule(r.check_answer(foreign, 1, 1)), Rule::ForeignChunk);
-    }
-
-    #[test]
-    fn frees_need_the_exact_pointer_and_size_and_chunks_go_only_when_empty() {
-        let (mut r, h) = reg();
-        let p = r
-            .check_answer(
-                Answer {
-                    chunk: h,
-                    offset: 0,
-                },
-                64,
-                256,
-            )
-            .unwrap();
-        r.insert_live(p, 64, h);
-        assert_eq!(r.release_chunk(h).unwrap_err().0, Rule::ChunkInUse);
-        assert!(r.remove_live(p, 65).unwrap_err().contains("64 bytes"));
-        assert!(r.remove_live(p.offset(1), 64).is_err());
-        assert_eq!(r.remove_live(p, 64).unwrap().origin, h);
-        assert!(r.remove_live(p, 64).is_err(), "double free");
-        assert_eq!(r.release_chunk(h).unwrap().size, 0x1000);
-        assert_eq!(r.release_chunk(h).unwrap_err().0, Rule::ForeignChunk);
-        assert_eq!((r.held_bytes, r.chunk_count()), (0, 0));
-        let again = r.add_chunk(DevicePtr(0x20_0000), 0x2000).unwrap();
-        assert_eq!(again, h, "handles are reused");
-    }
-
-    #[test]
-    fn orphans_leave_only_when_empty_and_are_foreign_to_the_new_generation() {
-        let (mut r, h) = reg();
-        let p = r
-            .check_answer(
-                Answer {
-                    chunk: h,
-                    offset: 0,
-                },
-                64,
-                256,
-            )
-            .unwrap();
-        r.insert_live(p, 64, h);
-        let empty = r.add_chunk(DevicePtr(0x30_0000), 0x1000).unwrap();
-        r.orphan_all();
-        let taken = r.take_empty_orphans();
-        assert_eq!(taken.len(), 1);
-        assert_eq!(taken[0].base, DevicePtr(0x30_0000));
-        assert!(r.chunk(empty).is_none());
-        let rule = r
-            .check_answer(
-                Answer {
-                    chunk: h,
-                    offset: 0x100,
-                },
-                1,
-                1,
-            )
-            .unwrap_err()
-            .0;
-        assert_eq!(
-            rule,
-            Rule::ForeignChunk,
-            "an orphan is no longer the plugin's"
-        );
-        r.remove_live(p, 64).unwrap();
-        assert_eq!(r.take_empty_orphans().len(), 1);
-        assert_eq!(r.held_bytes, 0);
-    }
-}
+#[path = "registry_tests.rs"]
+mod tests;

@@ -17,8 +17,9 @@
 //!   the host does not order reuse across streams, so managers use the legacy default stream.
 //! - **Clone and ownership**: not `Clone`; share it in an `Arc`. Owns the instance, the
 //!   chunks and a handle to the upstream; dropping it returns every chunk.
-//! - **Use and cost**: a guest call (≈ 12 ns) plus one ordered-map lookup and insert per
-//!   allocation, one map removal per free, under a lock; the README gives ns per op.
+//! - **Use and cost**: a guest call plus O(1) checks under a lock: per allocation two bitmap
+//!   queries, a hash probe and a hash insert; per free a hash removal. The README gives ns
+//!   per op.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -240,8 +241,7 @@ impl PluginResource {
                 if let Ok(raw) = raw {
                     if let Ok(a) = Answer::decode(raw) {
                         let reg = &mut instance.store.data_mut().registry;
-                        if let Ok(ptr) = reg.check_answer(a, size, align) {
-                            reg.insert_live(ptr, size, a.chunk);
+                        if let Ok(ptr) = reg.accept(a, size, align) {
                             return Ok(ptr);
                         }
                     }
@@ -403,7 +403,7 @@ impl DeviceMemoryResource for PluginResource {
 
     /// # Time complexity
     ///
-    /// The guest's own, plus O(log live) for the check.
+    /// The guest's own, plus O(1) for the check.
     #[inline]
     fn allocate(&self, bytes: usize, stream: StreamId) -> MrResult<DevicePtr> {
         self.alloc(bytes, MIN_ALIGNMENT as u64, stream)
@@ -411,7 +411,7 @@ impl DeviceMemoryResource for PluginResource {
 
     /// # Time complexity
     ///
-    /// The guest's own, plus O(log live).
+    /// The guest's own, plus O(1).
     #[inline]
     fn deallocate(&self, ptr: DevicePtr, bytes: usize, stream: StreamId) -> MrResult<()> {
         self.free(ptr, bytes, stream)
