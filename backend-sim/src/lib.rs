@@ -13,6 +13,7 @@
 //! - `streams`: streams and events on virtual time.
 //! - `managed`: managed-memory residency, migration, advice and oversubscription.
 //! - `ipc`: IPC handles between simulated processes.
+//! - `vmm`: virtual memory management: reservations, physical memory, mappings, access.
 //! - `clock`: vector clocks.
 //! - [`trace`]: the call trace and its hash.
 //! - [`report`]: violations and outstanding resources.
@@ -27,6 +28,7 @@ pub mod report;
 mod state;
 mod streams;
 pub mod trace;
+mod vmm;
 
 pub use config::{CostModel, Fault, SimConfig, GIB, MIB};
 pub use driver::SimDriver;

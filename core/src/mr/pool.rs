@@ -39,17 +39,41 @@ use crate::attribution::CallerScope;
 use crate::driver::{DevicePtr, Driver, MemInfo, StreamId};
 use crate::mr::detail::growth::{chunk_size, should_trim};
 use crate::mr::detail::heap::{round_to_granule, CoalescingHeap, FreeError};
+use crate::mr::detail::segment::{ExpandableSegment, PoolParts};
 use crate::mr::detail::stream_order::StreamOrder;
-use crate::mr::pool_options::{Growth, PoolOptions};
+use crate::mr::pool_options::{Backing, Growth, PoolOptions};
 use crate::mr::{assert_resource, DeviceMemoryResource, MrError, MrResult};
 
 const NAME: &str = "PoolResource";
+
+/// Where the pool's memory comes from, decided when it first takes memory.
+#[derive(Debug, Default)]
+enum Source {
+    /// The pool has taken no memory yet.
+    #[default]
+    Undecided,
+    /// Chunks from the upstream resource.
+    Chunks,
+    /// One expandable segment from the upstream's driver.
+    Segment(ExpandableSegment),
+}
+
+impl Source {
+    fn backing(&self) -> Option<Backing> {
+        match self {
+            Source::Undecided => None,
+            Source::Chunks => Some(Backing::Chunks),
+            Source::Segment(_) => Some(Backing::Expandable),
+        }
+    }
+}
 
 /// What the mutex guards.
 #[derive(Debug, Default)]
 struct PoolState {
     heap: CoalescingHeap,
     order: StreamOrder,
+    source: Source,
 }
 
 /// A coalescing TLSF suballocator with per-stream free lists over an upstream resource.
@@ -78,6 +102,16 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
         PoolResource {
             upstream,
             options: PoolOptions::default(),
+            state: Mutex::new(PoolState::default()),
+        }
+    }
+
+    /// A pool over `upstream` that takes chunks from it ([`Backing::Chunks`]) and starts empty:
+    /// for resources whose memory must stay `cuMemAlloc` memory (exportable over IPC).
+    pub(crate) fn chunked(upstream: Up) -> Self {
+        PoolResource {
+            upstream,
+            options: PoolOptions::default().backing(Backing::Chunks),
             state: Mutex::new(PoolState::default()),
         }
     }
@@ -112,10 +146,20 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
                 requested: options.initial_size,
                 available: None,
             })?;
-            let base = pool.upstream_allocate(size, StreamId::DEFAULT)?;
             let mut st = pool.lock();
-            let slot = st.heap.slot(StreamId::DEFAULT);
-            st.heap.add_chunk(slot, base.0, size);
+            pool.decide_source(&mut st);
+            if matches!(st.source, Source::Segment(_)) {
+                // Grow by the initial size, then hand the block back: it stays mapped.
+                let p = pool.grow(&mut st, size, size, StreamId::DEFAULT)?;
+                let slot = st.heap.slot(StreamId::DEFAULT);
+                st.heap
+                    .deallocate(p.0, size, slot)
+                    .map_err(|e| invalid_free(p, size as usize, e))?;
+            } else {
+                let base = pool.upstream_allocate(size, StreamId::DEFAULT)?;
+                let slot = st.heap.slot(StreamId::DEFAULT);
+                st.heap.add_chunk(slot, base.0, size);
+            }
         }
         Ok(pool)
     }
@@ -161,17 +205,64 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
         self.release_all_free(&mut st)
     }
 
-    /// Gives back every wholly free chunk, also those whose blocks were freed on several
-    /// streams: when free blocks sit in more than one stream's lists, waits for the device so
-    /// that every stream's frees are complete, and coalesces them all on the default stream.
+    /// Gives back every wholly free chunk (or, from a segment, every wholly free granule at its
+    /// end), also those whose blocks were freed on several streams: when free blocks sit in
+    /// more than one stream's lists, waits for the device so that every stream's frees are
+    /// complete, and coalesces them all on the default stream.
     fn release_all_free(&self, st: &mut PoolState) -> MrResult<u64> {
+        let _scope = CallerScope::enter(NAME);
+        let driver = self.upstream.driver();
+        let mut synchronized = false;
         if st.heap.slots_with_free_blocks() > 1 {
-            let _scope = CallerScope::enter(NAME);
-            self.upstream.driver().context_synchronize()?;
+            driver.context_synchronize()?;
+            synchronized = true;
             let slot = st.heap.slot(StreamId::DEFAULT);
             st.heap.unify(slot);
         }
-        self.release_free_chunks(st)
+        let PoolState { heap, source, .. } = st;
+        match source {
+            Source::Segment(seg) => {
+                if heap.wild().is_none() {
+                    return Ok(0);
+                }
+                // An unmap is not stream-ordered: the frees into the tail must be complete.
+                if !synchronized {
+                    driver.context_synchronize()?;
+                }
+                Ok(seg.release_free_tail(driver, heap)?)
+            }
+            Source::Chunks | Source::Undecided => self.release_free_chunks(st),
+        }
+    }
+
+    /// Chooses where memory comes from, once: an expandable segment when the options ask for
+    /// one, the upstream is driver-backed and the driver can reserve address space for the
+    /// whole device (or the pool's maximum); chunks otherwise.
+    fn decide_source(&self, st: &mut PoolState) {
+        if !matches!(st.source, Source::Undecided) {
+            return;
+        }
+        st.source = Source::Chunks;
+        if self.options.backing != Backing::Expandable || !self.upstream.driver_backed() {
+            return;
+        }
+        let _scope = CallerScope::enter(NAME);
+        let driver = self.upstream.driver();
+        let Ok(info) = driver.mem_get_info() else {
+            return;
+        };
+        let span = self
+            .options
+            .maximum_size
+            .map_or(info.total, |m| m.min(info.total));
+        if let Ok(seg) = ExpandableSegment::reserve(driver, span) {
+            if st.heap.chunks().is_empty() {
+                st.heap.set_wilderness();
+                st.source = Source::Segment(seg);
+            } else {
+                let _ = seg.destroy(driver);
+            }
+        }
     }
 
     fn release_free_chunks(&self, st: &mut PoolState) -> MrResult<u64> {
@@ -226,6 +317,10 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
         stream: StreamId,
     ) -> MrResult<DevicePtr> {
         let slot = st.heap.slot(stream);
+        // The end of an expandable segment, kept for what nothing below it fits.
+        if let Some(p) = st.heap.allocate_wild(slot, size, bytes) {
+            return Ok(DevicePtr(p));
+        }
         if let Some(other) = st.heap.find_elsewhere(slot, size) {
             let source = st.heap.stream_of(other);
             {
@@ -240,7 +335,8 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
         self.grow(st, size, bytes, stream)
     }
 
-    /// Takes a chunk for a request of `size` bytes from upstream and serves the request from it.
+    /// Takes memory for a request of `size` bytes — a chunk from upstream, or more of the
+    /// segment — and serves the request from it.
     fn grow(
         &self,
         st: &mut PoolState,
@@ -248,7 +344,26 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
         bytes: u64,
         stream: StreamId,
     ) -> MrResult<DevicePtr> {
+        self.decide_source(st);
         let held = st.heap.held();
+        if let PoolState {
+            heap,
+            order,
+            source: Source::Segment(seg),
+        } = st
+        {
+            let _scope = CallerScope::enter(NAME);
+            let parts = PoolParts {
+                heap,
+                order,
+                driver: self.upstream.driver(),
+                growth: self.options.growth,
+                room: self.options.maximum_size.map(|m| m.saturating_sub(held)),
+            };
+            return seg
+                .allocate_growing(parts, NAME, size, bytes, stream)
+                .map(DevicePtr);
+        }
         // Chunks are whole granules, so the room left under the maximum is counted in them.
         let room = self
             .options
@@ -404,7 +519,15 @@ impl<Up: DeviceMemoryResource> Drop for PoolResource<Up> {
     fn drop(&mut self) {
         let st = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
         let _scope = CallerScope::enter(NAME);
-        st.order.destroy(self.upstream.driver());
+        let driver = self.upstream.driver();
+        st.order.destroy(driver);
+        if let Source::Segment(seg) = std::mem::take(&mut st.source) {
+            // Errors have no caller to go to. An unmap is not stream-ordered: wait first.
+            let _ = driver.context_synchronize();
+            let _ = seg.destroy(driver);
+            st.heap = CoalescingHeap::default();
+            return;
+        }
         let chunks = st.heap.take_all_chunks();
         for (chunk, stream) in chunks {
             // Errors have no caller to go to; a chunk the upstream refuses stays with it.
@@ -423,6 +546,7 @@ impl<Up: DeviceMemoryResource> std::fmt::Debug for PoolResource<Up> {
             .field("free_blocks", &st.heap.free_blocks())
             .field("live", &st.heap.live_count())
             .field("chunks", &st.heap.chunks().len())
+            .field("backing", &st.source.backing())
             .field("events", &st.order.events())
             .finish()
     }
@@ -448,6 +572,13 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
     /// The growth policy in force.
     pub fn growth(&self) -> Growth {
         self.options.growth
+    }
+
+    /// Where the pool's memory comes from: `None` until it first takes memory, then
+    /// [`Backing::Expandable`] when it took an expandable segment from the driver, or
+    /// [`Backing::Chunks`].
+    pub fn backing(&self) -> Option<Backing> {
+        self.lock().source.backing()
     }
 }
 
