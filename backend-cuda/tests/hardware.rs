@@ -2,6 +2,11 @@
 //! if both pass, the simulator predicts the hardware. Without a GPU the CUDA arm checks that
 //! opening the driver is a clean error.
 
+use std::sync::Arc;
+
+use emm_core::mr::bench::{self, BenchConfig};
+use emm_core::mr::{Backing, CudaResource, DeviceMemoryResource, PoolOptions, PoolResource};
+use emm_core::workloads;
 use emm_core::{Advice, CudaCode, DeviceId, DevicePtr, Driver, HostAllocFlags, Location, StreamId};
 use emm_cuda::CudaDriver;
 use emm_sim::{SimConfig, SimDriver, GIB};
@@ -392,8 +397,95 @@ fn vmm_costs() {
             }
         }
     };
-    report(&sim());
+    match CudaDriver::new() {
+        Ok(gpu) => report(&gpu),
+        Err(e) => eprintln!("no GPU here: {e}"),
+    }
+}
+
+/// A pool over an expandable segment keeps every block's bytes, also blocks that straddle the
+/// granules it mapped one by one, and gives everything back when dropped.
+fn expandable_pool_check<D: Driver>(d: Arc<D>) {
+    let g = d.mem_get_allocation_granularity(DeviceId(0)).unwrap();
+    let free0 = d.mem_get_info().unwrap().free;
+    let pool = PoolResource::new(CudaResource::<D>::new(Arc::clone(&d)));
+    let sizes = [g / 2 + 1000, 3 * g + 12345, 256, g, 7 * g / 3];
+    let blocks: Vec<_> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| {
+            let p = pool.allocate(n, StreamId::DEFAULT).unwrap();
+            d.memcpy_htod(p, &pattern(n, i as u8), None).unwrap();
+            (p, n, i as u8)
+        })
+        .collect();
+    assert_eq!(pool.backing(), Some(Backing::Expandable));
+    assert!(pool.held_bytes() < 2 * sizes.iter().sum::<usize>() as u64);
+    for &(p, n, seed) in &blocks {
+        let mut back = vec![0; n];
+        d.memcpy_dtoh(&mut back, p, None).unwrap();
+        assert!(back == pattern(n, seed), "block at {p} lost its bytes");
+    }
+    for (i, &(p, n, _)) in blocks.iter().enumerate() {
+        if i != 1 {
+            pool.deallocate(p, n, StreamId::DEFAULT).unwrap();
+        }
+    }
+    pool.release().unwrap();
+    let (p, n, seed) = blocks[1];
+    let mut back = vec![0; n];
+    d.memcpy_dtoh(&mut back, p, None).unwrap();
+    assert!(
+        back == pattern(n, seed),
+        "a release keeps live blocks mapped"
+    );
+    pool.deallocate(p, n, StreamId::DEFAULT).unwrap();
+    drop(pool);
+    let free1 = d.mem_get_info().unwrap().free;
+    assert!(
+        free1 + (g as u64) > free0,
+        "all given back: {free0} -> {free1}"
+    );
+}
+
+#[test]
+fn an_expandable_pool_keeps_bytes_across_granules() {
+    expandable_pool_check(Arc::new(sim()));
     if let Ok(gpu) = CudaDriver::new() {
-        report(&gpu);
+        expandable_pool_check(Arc::new(gpu));
+    }
+}
+
+/// The pool on W1, W2, W3 with each backing, by the harness of `cargo bench -p emm-core
+/// --bench resources`: one JSON line per run. Run on a GPU with
+/// `cargo test -p emm-cuda --release --test hardware -- --ignored --nocapture pool_workloads`.
+#[test]
+#[ignore = "a timing: run it on a GPU with --ignored --nocapture"]
+fn pool_workloads() {
+    let Ok(gpu) = CudaDriver::new() else {
+        eprintln!("no GPU here");
+        return;
+    };
+    let d = Arc::new(gpu);
+    for w in [workloads::w1(), workloads::w2(), workloads::w3()] {
+        for (label, backing) in [
+            ("pool", Backing::Expandable),
+            ("pool(chunks)", Backing::Chunks),
+        ] {
+            let r = bench::run(
+                &*d,
+                || {
+                    PoolResource::with_options(
+                        CudaResource::<CudaDriver>::new(Arc::clone(&d)),
+                        PoolOptions::default().backing(backing),
+                    )
+                },
+                label,
+                &w,
+                &BenchConfig::default(),
+            )
+            .unwrap();
+            println!("{}  held/peak live {:.3}", r.to_json(), r.held_over_live());
+        }
     }
 }

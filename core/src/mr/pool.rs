@@ -1,18 +1,25 @@
 //! [`PoolResource`]: a coalescing suballocator over an upstream resource, with per-stream free
 //! lists and constant-time allocation (two-level segregated fit).
 //!
-//! - **What it does**: takes chunks from its upstream and carves them into blocks. Free blocks
-//!   live in two-level segregated fit (TLSF) lists — a power-of-two level and 32 linear classes
-//!   inside each — with bitmaps saying which classes are non-empty, so finding a block is two
+//! - **What it does**: carves blocks out of memory it takes in one of two ways ([`Backing`]).
+//!   By default, over a driver-backed upstream (`CudaResource`) on a driver with virtual
+//!   memory management, it reserves one virtual address range the size of the device and maps
+//!   physical memory at its end as it grows, one granule (2 MiB) per handle — an expandable
+//!   segment, as PyTorch's `expandable_segments` — so free blocks merge across every
+//!   boundary and the free end of the range (the *wilderness*) serves a request only when no
+//!   block below it fits. Otherwise it takes chunks from its upstream, sized by its [`Growth`]
+//!   policy (default: the request, rounded to 2 MiB); before growing it gives back wholly free
+//!   chunks if it would otherwise hold more than 1.05 × its live bytes. Free blocks live in
+//!   two-level segregated fit (TLSF) lists — a power-of-two level and 32 linear classes inside
+//!   each — with bitmaps saying which classes are non-empty, so finding a block is two
 //!   find-first-set instructions however many blocks are free (RMM's pool walks an
 //!   address-ordered list: O(free blocks)). A search looks at the first four blocks of the
 //!   request's own class (the tightest fits), then takes the head of the smallest class whose
 //!   blocks all fit. Freed blocks merge with free neighbours at once. When nothing fits, the
-//!   pool first takes memory another stream freed (see below), then grows by a chunk sized by
-//!   its [`Growth`] policy (default: the request, rounded to 2 MiB), up to an optional
-//!   maximum; before growing it gives back its wholly free chunks if it would otherwise hold
-//!   more than 1.05 × its live bytes, and when the upstream is out of memory it gives them
-//!   back and tries once more. [`PoolResource::release`] gives back every wholly free chunk.
+//!   pool first takes memory another stream freed (see below), then grows, up to an optional
+//!   maximum; when the device is out of memory it gathers every stream's free memory and tries
+//!   once more with exactly the request. [`PoolResource::release`] gives back every wholly
+//!   free chunk, or unmaps every wholly free granule at the end of the segment.
 //! - **Thread safety**: `Send + Sync`. One mutex guards the pool; the critical section of an
 //!   allocation or a free is a few dozen instructions and makes no driver call.
 //! - **Streams**: each stream has its own free lists. Memory freed on stream A is reused on A
@@ -20,14 +27,18 @@
 //!   allocation on B finds nothing in B's lists and takes A's, the pool records its cached
 //!   event for A and makes B wait on it, then moves all of A's free blocks to B. The event
 //!   recorded late still follows every free on A, so the order is as safe and the
-//!   single-stream path never calls the driver.
-//! - **Clone and ownership**: not `Clone`; owns its upstream by value and gives every chunk
-//!   back to it when dropped (memory still handed out becomes invalid then, as in RMM). Share
-//!   a pool through an `Arc`.
+//!   single-stream path never calls the driver. Unmapping is not stream-ordered, so the pool
+//!   synchronizes the context before it unmaps.
+//! - **Clone and ownership**: not `Clone`; owns its upstream by value and gives all its memory
+//!   back when dropped (memory still handed out becomes invalid then, as in RMM). Share a pool
+//!   through an `Arc`.
 //! - **Use and cost**: the general-purpose suballocator. Allocation and free are O(1) and
 //!   allocate on the host only to grow their tables (amortized) and on a stream's first use
-//!   (35–45 ns per operation on W1, W2, W3 here: README, "Figures"); growth costs one upstream
-//!   call. Memory held at peak measured 1.08–1.11 × peak live bytes without preallocation.
+//!   (33–42 ns per operation on W1, W2, W3 here: README, "Figures"); growth costs one upstream
+//!   call, or two driver calls per granule mapped and one more. Memory held at peak measured
+//!   1.06–1.08 × peak live bytes on W1, W2, W3 without preallocation (1.08–1.11 with chunks).
+//!   The segment's memory cannot be exported with `cuIpcGetMemHandle`: the pools of the
+//!   built-in managers, which export memory, use [`Backing::Chunks`].
 //!
 //! Zero-byte requests return `DevicePtr::NULL` and never reach the lists; sizes are rounded up
 //! to 256 bytes, the alignment of every block. Alignments above 256 are refused with
@@ -39,34 +50,13 @@ use crate::attribution::CallerScope;
 use crate::driver::{DevicePtr, Driver, MemInfo, StreamId};
 use crate::mr::detail::growth::{chunk_size, should_trim};
 use crate::mr::detail::heap::{round_to_granule, CoalescingHeap, FreeError};
-use crate::mr::detail::segment::{ExpandableSegment, PoolParts};
+use crate::mr::detail::segment::PoolParts;
+use crate::mr::detail::source::Source;
 use crate::mr::detail::stream_order::StreamOrder;
 use crate::mr::pool_options::{Backing, Growth, PoolOptions};
 use crate::mr::{assert_resource, DeviceMemoryResource, MrError, MrResult};
 
 const NAME: &str = "PoolResource";
-
-/// Where the pool's memory comes from, decided when it first takes memory.
-#[derive(Debug, Default)]
-enum Source {
-    /// The pool has taken no memory yet.
-    #[default]
-    Undecided,
-    /// Chunks from the upstream resource.
-    Chunks,
-    /// One expandable segment from the upstream's driver.
-    Segment(ExpandableSegment),
-}
-
-impl Source {
-    fn backing(&self) -> Option<Backing> {
-        match self {
-            Source::Undecided => None,
-            Source::Chunks => Some(Backing::Chunks),
-            Source::Segment(_) => Some(Backing::Expandable),
-        }
-    }
-}
 
 /// What the mutex guards.
 #[derive(Debug, Default)]
@@ -219,50 +209,24 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
             let slot = st.heap.slot(StreamId::DEFAULT);
             st.heap.unify(slot);
         }
-        let PoolState { heap, source, .. } = st;
-        match source {
-            Source::Segment(seg) => {
-                if heap.wild().is_none() {
-                    return Ok(0);
-                }
-                // An unmap is not stream-ordered: the frees into the tail must be complete.
-                if !synchronized {
-                    driver.context_synchronize()?;
-                }
-                Ok(seg.release_free_tail(driver, heap)?)
+        match st.source {
+            Source::Segment(_) => {
+                Ok(st
+                    .source
+                    .release_segment_tail(&mut st.heap, driver, synchronized)?)
             }
             Source::Chunks | Source::Undecided => self.release_free_chunks(st),
         }
     }
 
-    /// Chooses where memory comes from, once: an expandable segment when the options ask for
-    /// one, the upstream is driver-backed and the driver can reserve address space for the
-    /// whole device (or the pool's maximum); chunks otherwise.
+    /// Chooses where memory comes from, once (see [`Backing`]).
     fn decide_source(&self, st: &mut PoolState) {
-        if !matches!(st.source, Source::Undecided) {
-            return;
-        }
-        st.source = Source::Chunks;
-        if self.options.backing != Backing::Expandable || !self.upstream.driver_backed() {
-            return;
-        }
         let _scope = CallerScope::enter(NAME);
+        let driver_backed = self.upstream.driver_backed();
+        let (wanted, max) = (self.options.backing, self.options.maximum_size);
         let driver = self.upstream.driver();
-        let Ok(info) = driver.mem_get_info() else {
-            return;
-        };
-        let span = self
-            .options
-            .maximum_size
-            .map_or(info.total, |m| m.min(info.total));
-        if let Ok(seg) = ExpandableSegment::reserve(driver, span) {
-            if st.heap.chunks().is_empty() {
-                st.heap.set_wilderness();
-                st.source = Source::Segment(seg);
-            } else {
-                let _ = seg.destroy(driver);
-            }
-        }
+        st.source
+            .decide(&mut st.heap, wanted, driver_backed, driver, max);
     }
 
     fn release_free_chunks(&self, st: &mut PoolState) -> MrResult<u64> {
@@ -521,11 +485,7 @@ impl<Up: DeviceMemoryResource> Drop for PoolResource<Up> {
         let _scope = CallerScope::enter(NAME);
         let driver = self.upstream.driver();
         st.order.destroy(driver);
-        if let Source::Segment(seg) = std::mem::take(&mut st.source) {
-            // Errors have no caller to go to. An unmap is not stream-ordered: wait first.
-            let _ = driver.context_synchronize();
-            let _ = seg.destroy(driver);
-            st.heap = CoalescingHeap::default();
+        if st.source.destroy_segment(&mut st.heap, driver) {
             return;
         }
         let chunks = st.heap.take_all_chunks();

@@ -8,6 +8,7 @@
 //! - [`stream_order`]: ordering one stream after another with a cached event, lazily.
 //! - [`growth`]: how much a pool asks its upstream for when it must grow.
 //! - [`segment`]: an expandable segment: one reserved range grown by mapping memory at its end.
+//! - [`source`]: where a pool's memory comes from: chunks or a segment.
 
 pub(crate) mod addr_map;
 pub(crate) mod block;
@@ -15,5 +16,6 @@ pub(crate) mod growth;
 pub(crate) mod heap;
 pub(crate) mod heap_tail;
 pub(crate) mod segment;
+pub(crate) mod source;
 pub(crate) mod stream_order;
 pub(crate) mod tlsf;
