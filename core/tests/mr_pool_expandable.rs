@@ -268,6 +268,23 @@ fn the_maximum_and_the_initial_size_bound_the_segment() {
 }
 
 #[test]
+fn absurd_sizes_are_out_of_memory_and_change_nothing() {
+    let g = gpu();
+    let p = pool(&g);
+    let x = p.allocate(1000, S).unwrap();
+    for n in [usize::MAX, usize::MAX - 1000, 1 << 50, (GIB + 1) as usize] {
+        let e = p.allocate(n, S).unwrap_err();
+        assert!(e.is_out_of_memory(), "{n}: {e}");
+    }
+    assert_eq!(
+        (p.held_bytes(), g.device_memory_used(D0)),
+        (2 * MIB, 2 * MIB)
+    );
+    p.deallocate(x, 1000, S).unwrap();
+    p.check().unwrap();
+}
+
+#[test]
 fn chunks_where_a_segment_cannot_be_had() {
     // The options ask for chunks.
     let g = gpu();

@@ -179,17 +179,21 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
         self.lock().heap.live_count()
     }
 
-    /// Gives every fully free upstream chunk back to the upstream and returns the bytes given.
-    /// Blocks freed on several streams are coalesced first, after a context synchronize.
+    /// Gives every fully free upstream chunk back to the upstream — or, from an expandable
+    /// segment, unmaps and releases every wholly free granule at its end — and returns the
+    /// bytes given. Blocks freed on several streams are coalesced first, after a context
+    /// synchronize.
     ///
     /// # Errors
     ///
-    /// The first upstream error; chunks the upstream refused are forgotten (they were free).
+    /// The first upstream or driver error; chunks the upstream refused are forgotten (they
+    /// were free).
     ///
     /// # Time complexity
     ///
-    /// O(chunks + free blocks) plus one upstream call per chunk given back, and a context
-    /// synchronize when free blocks sit on more than one stream.
+    /// O(chunks + free blocks) plus one upstream call per chunk given back (two driver calls
+    /// per granule from a segment), and a context synchronize when free blocks sit on more
+    /// than one stream or a segment unmaps.
     pub fn release(&self) -> MrResult<u64> {
         let mut st = self.lock();
         self.release_all_free(&mut st)

@@ -80,7 +80,8 @@ impl ExpandableSegment {
     ///
     /// # Time complexity
     ///
-    /// O(blocks of the segment) plus two driver calls per granule mapped and one more.
+    /// O(1) (O(blocks of the segment) when its last block is live) plus two driver calls per
+    /// granule mapped and one more.
     pub(crate) fn grow_for(
         &mut self,
         driver: &dyn Driver,
@@ -95,18 +96,19 @@ impl ExpandableSegment {
             .wild()
             .filter(|&(_, _, owner)| owner == slot)
             .map_or(0, |(_, n, _)| n);
-        let need = size.saturating_sub(tail).max(1).div_ceil(g) * g;
         let held = self.mapped();
-        let want = match growth {
-            Growth::Exact => need,
-            Growth::Fraction { divisor } => need.max(held / divisor.max(1)),
-            Growth::Fixed { bytes } => need.max(bytes),
-        };
+        // Room is whole granules, so what fits rounds up within it (and cannot overflow).
         let room = (self.reserved - held).min(room.map_or(u64::MAX, |r| r / g * g));
-        if need > room {
+        let lack = size.saturating_sub(tail).max(1);
+        if lack > room {
             return Err(GrowError::NoRoom { room });
         }
-        let bytes = (want.div_ceil(g) * g).min(room);
+        let want = match growth {
+            Growth::Exact => lack,
+            Growth::Fraction { divisor } => lack.max(held / divisor.max(1)),
+            Growth::Fixed { bytes } => lack.max(bytes),
+        };
+        let bytes = want.min(room).div_ceil(g) * g;
         let start = self.map_more(driver, bytes).map_err(GrowError::Driver)?;
         if heap.chunks().is_empty() {
             heap.add_chunk(slot, start, bytes);
