@@ -88,6 +88,19 @@ impl Reservation {
         (at < end).then_some(at)
     }
 
+    /// The first mapping overlapping `addr..end`, if any.
+    fn overlapping(&self, addr: u64, end: u64) -> Option<u64> {
+        let from = self
+            .mappings
+            .range(..=addr)
+            .next_back()
+            .map_or(addr, |(&b, _)| b);
+        self.mappings
+            .range(from..end)
+            .find(|&(&b, m)| b + m.size > addr)
+            .map(|(&b, _)| b)
+    }
+
     fn was_unmapped(&self, addr: u64) -> bool {
         self.unmapped
             .range(..=addr)
@@ -327,13 +340,7 @@ impl State {
         }
         let base = self.reservation_of(p, ptr, size)?;
         let end = ptr + size;
-        let clash = self.reservation(base).and_then(|r| {
-            let mut clash = None;
-            r.first_gap(ptr, end, |b, _| {
-                clash.get_or_insert(b);
-            });
-            clash
-        });
+        let clash = self.reservation(base).and_then(|r| r.overlapping(ptr, end));
         if let Some(at) = clash {
             return Err(self.err(
                 CudaCode::ALREADY_MAPPED,

@@ -170,6 +170,15 @@ fn misuse_is_refused_with_the_code_and_reported() {
         CudaCode::ALREADY_MAPPED,
         "double map"
     );
+    let h3 = d.mem_create(G, D0).unwrap();
+    d.mem_map(base.offset(2 * G as u64), G, h3).unwrap();
+    assert_eq!(
+        code(d.mem_map(base.offset(G as u64), 2 * G, h2)),
+        CudaCode::ALREADY_MAPPED,
+        "a mapping inside the range, after a gap"
+    );
+    d.mem_unmap(base.offset(2 * G as u64), G).unwrap();
+    d.mem_release(h3).unwrap();
     assert_eq!(
         code(d.mem_map(base.offset(G as u64), 3 * G, h2)),
         CudaCode::INVALID_VALUE,
