@@ -59,7 +59,7 @@ pub(crate) enum Kind {
     /// An IPC handle opened in this process, aliasing `target`.
     IpcAlias { target: u64, serial: u64 },
     /// A virtual address reservation (`cuMemAddressReserve`) and what is mapped in it.
-    Reserved(Box<crate::vmm::Reservation>),
+    Reserved(Box<crate::reservation::Reservation>),
 }
 
 impl Kind {

@@ -4,9 +4,9 @@
 //!
 //! A reservation is an allocation of kind `Kind::Reserved` spanning its whole range, so the
 //! checks every access goes through — bounds, use after free, races — treat it as one
-//! allocation, and an access may run from one mapping into the next as on a GPU.
-//! [`State::check_mapped`] then requires every byte an access touches to be mapped with access
-//! granted: a byte that was unmapped is a use after free, one never mapped is out of bounds.
+//! allocation, and an access may run from one mapping into the next as on a GPU. `reservation`
+//! then requires every byte an access touches to be mapped with access granted: a byte that
+//! was unmapped is a use after free, one never mapped is out of bounds.
 //!
 //! Physical memory counts against its device from `cuMemCreate` to `cuMemRelease`. Its bytes
 //! live at its mapping's addresses while mapped and move to a store of their own while not, so
@@ -18,36 +18,14 @@
 //! with mappings, unmapping what is not mapped. `cuMemUnmap` is not stream-ordered, so an
 //! unmap is a host write to the range: stream work on it the host has not waited for is a race.
 
-use std::collections::BTreeMap;
-
 use emm_core::units::Bytes;
 use emm_core::{CudaCode, DeviceId, DriverResult};
 
 use crate::report::Violation;
+use crate::reservation::Mapping;
 use crate::state::{
     round_up, Kind, State, Who, IPC_VA, PHYS_STORE, RESERVE_SPAN, RESERVE_VA, VA_SPAN,
 };
-
-/// Unmapped ranges a reservation remembers, to tell a use after unmap from a wild access.
-const UNMAPPED_MEMORY: usize = 4096;
-
-/// What is mapped in one reservation.
-#[derive(Debug, Default)]
-pub(crate) struct Reservation {
-    /// Mappings by address.
-    pub(crate) mappings: BTreeMap<u64, Mapping>,
-    /// Ranges mapped once and unmapped since: address → size.
-    unmapped: BTreeMap<u64, u64>,
-}
-
-/// One mapping of physical memory into a reservation.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Mapping {
-    pub(crate) size: u64,
-    pub(crate) handle: u64,
-    /// Devices granted read-write access, one bit per device.
-    access: u32,
-}
 
 /// Physical memory from `cuMemCreate`.
 #[derive(Debug)]
@@ -60,53 +38,6 @@ pub(crate) struct Phys {
     store: u64,
     /// The address of its one mapping, if mapped.
     pub(crate) mapped_at: Option<u64>,
-}
-
-impl Reservation {
-    /// Calls `each` on the mappings covering `addr..end` in address order and returns the
-    /// first address in that range no mapping covers, if any.
-    fn first_gap(&self, addr: u64, end: u64, mut each: impl FnMut(u64, &Mapping)) -> Option<u64> {
-        let from = self
-            .mappings
-            .range(..=addr)
-            .next_back()
-            .map_or(addr, |(&b, _)| b);
-        let mut at = addr;
-        for (&b, m) in self.mappings.range(from..end) {
-            if b + m.size <= at {
-                continue;
-            }
-            if b > at {
-                return Some(at);
-            }
-            each(b, m);
-            at = b + m.size;
-            if at >= end {
-                return None;
-            }
-        }
-        (at < end).then_some(at)
-    }
-
-    /// The first mapping overlapping `addr..end`, if any.
-    fn overlapping(&self, addr: u64, end: u64) -> Option<u64> {
-        let from = self
-            .mappings
-            .range(..=addr)
-            .next_back()
-            .map_or(addr, |(&b, _)| b);
-        self.mappings
-            .range(from..end)
-            .find(|&(&b, m)| b + m.size > addr)
-            .map(|(&b, _)| b)
-    }
-
-    fn was_unmapped(&self, addr: u64) -> bool {
-        self.unmapped
-            .range(..=addr)
-            .next_back()
-            .is_some_and(|(&b, &n)| addr < b + n)
-    }
 }
 
 impl State {
@@ -293,20 +224,6 @@ impl State {
         }
     }
 
-    fn reservation_mut(&mut self, base: u64) -> Option<&mut Reservation> {
-        match self.allocs.get_mut(&base).map(|a| &mut a.kind) {
-            Some(Kind::Reserved(r)) => Some(r),
-            _ => None,
-        }
-    }
-
-    fn reservation(&self, base: u64) -> Option<&Reservation> {
-        match self.allocs.get(&base).map(|a| &a.kind) {
-            Some(Kind::Reserved(r)) => Some(r),
-            _ => None,
-        }
-    }
-
     pub(crate) fn mem_map(&mut self, p: u32, ptr: u64, size: u64, handle: u64) -> DriverResult<()> {
         self.granules(size, "the mapping")?;
         if ptr % self.cfg.vmm_granularity != 0 {
@@ -351,18 +268,8 @@ impl State {
             ));
         }
         if let Some(r) = self.reservation_mut(base) {
-            r.mappings.insert(
-                ptr,
-                Mapping {
-                    size,
-                    handle,
-                    access: 0,
-                },
-            );
-            let stale: Vec<u64> = r.unmapped.range(ptr..end).map(|(&b, _)| b).collect();
-            for b in stale {
-                r.unmapped.remove(&b);
-            }
+            r.mappings.insert(ptr, Mapping::new(size, handle));
+            r.forget_unmapped(ptr, end);
         }
         if let Some(ph) = self.phys.get_mut(&handle) {
             ph.mapped_at = Some(ptr);
@@ -408,10 +315,7 @@ impl State {
             }
             if let Some(r) = self.reservation_mut(base) {
                 r.mappings.remove(&at);
-                r.unmapped.insert(at, m.size);
-                if r.unmapped.len() > UNMAPPED_MEMORY {
-                    r.unmapped.pop_first();
-                }
+                r.record_unmapped(at, m.size);
             }
             self.charge(p, self.cfg.costs.vmm_unmap_ns);
         }
@@ -440,82 +344,11 @@ impl State {
         }
         if let Some(r) = self.reservation_mut(base) {
             for b in covered {
-                if let Some(m) = r.mappings.get_mut(&b) {
-                    m.access |= 1 << d;
-                }
+                r.grant(b, d);
             }
         }
         self.charge(p, self.cfg.costs.vmm_set_access_ns(granules));
         Ok(())
-    }
-
-    /// Checks a device-side access of `len` bytes at `addr` in the reservation at `base`:
-    /// every byte mapped, and access granted (to `device`, when the access is a kernel's).
-    pub(crate) fn check_mapped(
-        &mut self,
-        base: u64,
-        addr: u64,
-        len: u64,
-        device: Option<u32>,
-    ) -> DriverResult<()> {
-        let Some(r) = self.reservation(base) else {
-            return Ok(());
-        };
-        let mut denied = None;
-        let gap = r.first_gap(addr, addr + len, |b, m| {
-            let ok = match device {
-                Some(d) => m.access & (1 << d) != 0,
-                None => m.access != 0,
-            };
-            if !ok {
-                denied.get_or_insert(b);
-            }
-        });
-        let gap = gap.map(|at| (at, r.was_unmapped(at)));
-        let (call, caller) = (self.call.name(), self.caller);
-        match (gap, denied) {
-            (Some((at, true)), _) => {
-                self.violate(Violation::UseAfterFree {
-                    call,
-                    addr: at,
-                    caller,
-                });
-                Err(self.err(
-                    CudaCode::ILLEGAL_ADDRESS,
-                    format!("{at:#x} was unmapped; it is used after free"),
-                ))
-            }
-            (Some((at, false)), _) => {
-                self.violate(Violation::OutOfBounds {
-                    call,
-                    addr,
-                    len,
-                    caller,
-                });
-                Err(self.err(
-                    CudaCode::ILLEGAL_ADDRESS,
-                    format!("{at:#x} is reserved but not mapped; map memory there first"),
-                ))
-            }
-            (None, Some(at)) => Err(self.err(
-                CudaCode::ILLEGAL_ADDRESS,
-                format!(
-                    "the mapping at {at:#x} grants no access{}; call cuMemSetAccess",
-                    device.map_or(String::new(), |d| format!(" to device {d}"))
-                ),
-            )),
-            (None, None) => Ok(()),
-        }
-    }
-
-    /// The mapping holding `addr` in the reservation at `base`: its address and size.
-    pub(crate) fn mapping_at(&self, base: u64, addr: u64) -> Option<(u64, u64)> {
-        let (&b, m) = self
-            .reservation(base)?
-            .mappings
-            .range(..=addr)
-            .next_back()?;
-        (addr < b + m.size).then_some((b, m.size))
     }
 
     /// Moves the stored bytes of `len` bytes at `from` to `to` (both 4 KiB aligned).
