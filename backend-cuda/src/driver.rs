@@ -11,11 +11,11 @@ use emm_core::units::Bytes;
 use emm_core::{
     Advice, ContextId, CudaCode, DeviceId, DeviceProperties, DevicePtr, Driver, DriverError,
     DriverResult, EventId, HostAllocFlags, HostPtr, IpcMemHandle, Location, MemInfo, MemPoolId,
-    MemPoolUsage, StreamId,
+    MemPoolUsage, PhysHandle, StreamId,
 };
 
 use crate::host::HostRegions;
-use crate::result::{ctx, device, mem, stream};
+use crate::result::{ctx, device, mem, stream, vmm};
 
 /// Managed allocations are refused beyond this fraction of the device's free memory: asking
 /// for more managed memory than a card has free can hang the GPU.
@@ -32,6 +32,12 @@ struct Dev {
     default_pool: u64,
 }
 
+/// Physical memory from `cuMemCreate`: its size and how many mappings it has.
+struct Phys {
+    size: usize,
+    mappings: u32,
+}
+
 #[derive(Default)]
 struct Handles {
     /// Live device allocations this driver made (`cuMemAlloc`, stream-ordered): base → bytes.
@@ -40,6 +46,12 @@ struct Handles {
     events: BTreeSet<u64>,
     pools: BTreeMap<u64, u32>,
     host: HostRegions,
+    /// Address reservations: base → size.
+    reservations: BTreeMap<u64, usize>,
+    /// Physical allocations by handle.
+    phys: BTreeMap<u64, Phys>,
+    /// Mappings: address → (size, physical handle).
+    mappings: BTreeMap<u64, (usize, u64)>,
 }
 
 /// The CUDA driver through cudarc.
@@ -446,6 +458,153 @@ impl Driver for CudaDriver {
             reserved: mem::pool_get_u64(p, A::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)?,
             used: mem::pool_get_u64(p, A::CU_MEMPOOL_ATTR_USED_MEM_CURRENT)?,
         })
+    }
+
+    fn mem_get_allocation_granularity(&self, d: DeviceId) -> DriverResult<usize> {
+        self.dev(d)?;
+        vmm::granularity(d.0 as i32)
+    }
+
+    fn mem_address_reserve(&self, size: usize, alignment: usize) -> DriverResult<DevicePtr> {
+        if size == 0 {
+            return Err(zero("cuMemAddressReserve"));
+        }
+        self.ensure_context()?;
+        let p = vmm::address_reserve(size, alignment)?;
+        self.lock().reservations.insert(p, size);
+        Ok(DevicePtr(p))
+    }
+
+    fn mem_address_free(&self, ptr: DevicePtr, size: usize) -> DriverResult<()> {
+        let mut h = self.lock();
+        let refuse = |code, why: String| {
+            Err(DriverError::new(
+                "cuMemAddressFree",
+                code,
+                format!("{ptr}: {why}"),
+            ))
+        };
+        match h.reservations.get(&ptr.0) {
+            None => {
+                return refuse(
+                    CudaCode::INVALID_VALUE,
+                    "not a live reservation of this driver (freed, or never reserved)".into(),
+                )
+            }
+            Some(&n) if n != size => {
+                return refuse(
+                    CudaCode::INVALID_VALUE,
+                    format!("it was reserved with {n} bytes, not {size}"),
+                )
+            }
+            Some(_) => {}
+        }
+        if let Some((&at, &(n, _))) = h.mappings.range(ptr.0..ptr.0 + size as u64).next() {
+            return refuse(
+                CudaCode::ILLEGAL_STATE,
+                format!(
+                    "{} is still mapped at {at:#x}; unmap it first",
+                    Bytes(n as u64)
+                ),
+            );
+        }
+        vmm::address_free(ptr.0, size)?;
+        h.reservations.remove(&ptr.0);
+        Ok(())
+    }
+
+    fn mem_create(&self, size: usize, d: DeviceId) -> DriverResult<PhysHandle> {
+        if size == 0 {
+            return Err(zero("cuMemCreate"));
+        }
+        self.dev(d)?;
+        self.ensure_context()?;
+        let handle = vmm::create(size, d.0 as i32)?;
+        self.lock().phys.insert(handle, Phys { size, mappings: 0 });
+        Ok(PhysHandle(handle))
+    }
+
+    fn mem_release(&self, handle: PhysHandle) -> DriverResult<()> {
+        let mut h = self.lock();
+        match h.phys.get(&handle.0) {
+            None => Err(DriverError::new(
+                "cuMemRelease",
+                CudaCode::INVALID_VALUE,
+                format!("{handle} is not live physical memory of this driver (released already, or never created)"),
+            )),
+            Some(p) if p.mappings > 0 => Err(DriverError::new(
+                "cuMemRelease",
+                CudaCode::ILLEGAL_STATE,
+                format!("{handle} is still mapped {} time(s); unmap it first", p.mappings),
+            )),
+            Some(_) => {
+                vmm::release(handle.0)?;
+                h.phys.remove(&handle.0);
+                Ok(())
+            }
+        }
+    }
+
+    fn mem_map(&self, ptr: DevicePtr, size: usize, handle: PhysHandle) -> DriverResult<()> {
+        let mut h = self.lock();
+        match h.phys.get(&handle.0) {
+            Some(p) if size <= p.size => {}
+            Some(p) => {
+                return Err(DriverError::new(
+                    "cuMemMap",
+                    CudaCode::INVALID_VALUE,
+                    format!("{size} bytes asked of {handle}, which has {}", p.size),
+                ))
+            }
+            None => {
+                return Err(DriverError::new(
+                    "cuMemMap",
+                    CudaCode::INVALID_VALUE,
+                    format!("{handle} is not live physical memory of this driver"),
+                ))
+            }
+        }
+        if size == 0 {
+            return Err(zero("cuMemMap"));
+        }
+        self.ensure_context()?;
+        vmm::map(ptr.0, size, handle.0)?;
+        h.mappings.insert(ptr.0, (size, handle.0));
+        if let Some(p) = h.phys.get_mut(&handle.0) {
+            p.mappings += 1;
+        }
+        Ok(())
+    }
+
+    fn mem_unmap(&self, ptr: DevicePtr, size: usize) -> DriverResult<()> {
+        if size == 0 {
+            return Err(zero("cuMemUnmap"));
+        }
+        self.ensure_context()?;
+        let mut h = self.lock();
+        vmm::unmap(ptr.0, size)?;
+        let end = ptr.0.saturating_add(size as u64);
+        let gone: Vec<(u64, u64)> = h
+            .mappings
+            .range(ptr.0..end)
+            .map(|(&at, &(_, handle))| (at, handle))
+            .collect();
+        for (at, handle) in gone {
+            h.mappings.remove(&at);
+            if let Some(p) = h.phys.get_mut(&handle) {
+                p.mappings = p.mappings.saturating_sub(1);
+            }
+        }
+        Ok(())
+    }
+
+    fn mem_set_access(&self, ptr: DevicePtr, size: usize, d: DeviceId) -> DriverResult<()> {
+        if size == 0 {
+            return Err(zero("cuMemSetAccess"));
+        }
+        self.dev(d)?;
+        self.ensure_context()?;
+        vmm::set_access(ptr.0, size, d.0 as i32)
     }
 
     fn mem_alloc_managed(&self, size: usize, attach_global: bool) -> DriverResult<DevicePtr> {

@@ -490,6 +490,124 @@ pub mod mem {
     }
 }
 
+pub mod vmm {
+    //! Virtual memory management: [group__CUDA__VA](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__VA.html)
+    use super::*;
+    use emm_core::units::Bytes;
+
+    /// Properties of pinned device memory on device `d` with no shareable handle, as
+    /// `cuMemCreate` and `cuMemGetAllocationGranularity` take them.
+    fn device_prop(d: i32) -> sys::CUmemAllocationProp {
+        // SAFETY: an all-zero CUmemAllocationProp is a valid value of this plain C struct (a
+        // null win32 pointer, no flags).
+        let mut prop: sys::CUmemAllocationProp = unsafe { std::mem::zeroed() };
+        prop.type_ = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
+        prop.requestedHandleTypes = sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_NONE;
+        prop.location = mem::location(Some(d));
+        prop
+    }
+
+    /// [`cuMemGetAllocationGranularity`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__VA.html)
+    /// with `CU_MEM_ALLOC_GRANULARITY_MINIMUM`.
+    pub fn granularity(d: i32) -> DriverResult<usize> {
+        let prop = device_prop(d);
+        let mut g = 0;
+        // SAFETY: `prop` is initialized; writes one size_t.
+        let r = unsafe {
+            sys::cuMemGetAllocationGranularity(
+                &mut g,
+                &prop,
+                sys::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_MINIMUM,
+            )
+        };
+        check("cuMemGetAllocationGranularity", r, || {
+            format!("the granularity of device {d}")
+        })?;
+        Ok(g)
+    }
+
+    /// [`cuMemAddressReserve`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__VA.html)
+    /// anywhere (no address hint), no flags.
+    pub fn address_reserve(size: usize, alignment: usize) -> DriverResult<u64> {
+        let mut p = 0;
+        // SAFETY: writes one device pointer; the driver validates size and alignment.
+        let r = unsafe { sys::cuMemAddressReserve(&mut p, size, alignment, 0, 0) };
+        check("cuMemAddressReserve", r, || {
+            format!(
+                "reserving {} of address space aligned to {alignment}",
+                Bytes(size as u64)
+            )
+        })?;
+        Ok(p)
+    }
+
+    /// [`cuMemAddressFree`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__VA.html)
+    pub fn address_free(p: u64, size: usize) -> DriverResult<()> {
+        // SAFETY: takes no pointers; the caller checked that `p` is a live reservation of
+        // `size` bytes with nothing mapped in it.
+        let r = unsafe { sys::cuMemAddressFree(p, size) };
+        check("cuMemAddressFree", r, || {
+            format!("freeing the reservation {p:#x} of {}", Bytes(size as u64))
+        })
+    }
+
+    /// [`cuMemCreate`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__VA.html)
+    /// of pinned memory on device `d`.
+    pub fn create(size: usize, d: i32) -> DriverResult<u64> {
+        let prop = device_prop(d);
+        let mut h = 0;
+        // SAFETY: `prop` is initialized; writes one handle.
+        let r = unsafe { sys::cuMemCreate(&mut h, size, &prop, 0) };
+        check("cuMemCreate", r, || {
+            format!("requested {} on device {d}", Bytes(size as u64))
+        })?;
+        Ok(h)
+    }
+
+    /// [`cuMemRelease`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__VA.html)
+    pub fn release(h: u64) -> DriverResult<()> {
+        // SAFETY: the caller checked that `h` is a live handle from `create`.
+        let r = unsafe { sys::cuMemRelease(h) };
+        check("cuMemRelease", r, || format!("releasing phys:{h:#x}"))
+    }
+
+    /// [`cuMemMap`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__VA.html) at
+    /// offset 0.
+    pub fn map(p: u64, size: usize, h: u64) -> DriverResult<()> {
+        // SAFETY: the caller checked that `h` is a live handle; the driver validates the range.
+        let r = unsafe { sys::cuMemMap(p, size, 0, h, 0) };
+        check("cuMemMap", r, || {
+            format!("mapping {} of phys:{h:#x} at {p:#x}", Bytes(size as u64))
+        })
+    }
+
+    /// [`cuMemUnmap`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__VA.html)
+    pub fn unmap(p: u64, size: usize) -> DriverResult<()> {
+        // SAFETY: takes no pointers; the driver validates the range.
+        let r = unsafe { sys::cuMemUnmap(p, size) };
+        check("cuMemUnmap", r, || {
+            format!("unmapping {} at {p:#x}", Bytes(size as u64))
+        })
+    }
+
+    /// [`cuMemSetAccess`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__VA.html):
+    /// read and write for device `d`.
+    pub fn set_access(p: u64, size: usize, d: i32) -> DriverResult<()> {
+        // SAFETY: an all-zero CUmemAccessDesc is a valid value of this plain C struct.
+        let mut desc: sys::CUmemAccessDesc = unsafe { std::mem::zeroed() };
+        desc.location = mem::location(Some(d));
+        desc.flags = sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+        // SAFETY: `desc` is one initialized descriptor, and the count says one.
+        let r = unsafe { sys::cuMemSetAccess(p, size, &desc, 1) };
+        check("cuMemSetAccess", r, || {
+            format!(
+                "read-write access for device {d} to {} at {p:#x}",
+                Bytes(size as u64)
+            )
+        })
+    }
+}
+
 pub mod stream {
     //! Streams and events: [group__CUDA__STREAM](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html),
     //! [group__CUDA__EVENT](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EVENT.html)

@@ -2,6 +2,11 @@
 //! if both pass, the simulator predicts the hardware. Without a GPU the CUDA arm checks that
 //! opening the driver is a clean error.
 
+use std::sync::Arc;
+
+use emm_core::mr::bench::{self, BenchConfig};
+use emm_core::mr::{Backing, CudaResource, DeviceMemoryResource, PoolOptions, PoolResource};
+use emm_core::workloads;
 use emm_core::{Advice, CudaCode, DeviceId, DevicePtr, Driver, HostAllocFlags, Location, StreamId};
 use emm_cuda::CudaDriver;
 use emm_sim::{SimConfig, SimDriver, GIB};
@@ -219,4 +224,264 @@ fn memory_info_and_address_ranges() {
         assert!(props.total_memory >= info.total.min(props.total_memory));
         assert!(props.can_map_host_memory);
     });
+}
+
+/// Reserve, create, map, grant access, use, unmap, remap, release, free — with device memory
+/// counted when it is created, not when it is reserved, and bytes that cross from one mapping
+/// to the next as if the range were one allocation.
+#[test]
+fn virtual_memory_maps_physical_memory_into_a_reserved_range() {
+    both(|d| {
+        let dev = DeviceId(0);
+        let g = d.mem_get_allocation_granularity(dev).unwrap();
+        assert!(g.is_power_of_two() && g >= 4096, "granularity {g}");
+        let free0 = d.mem_get_info().unwrap().free;
+        let base = d.mem_address_reserve(4 * g, 0).unwrap();
+        assert_eq!(
+            base.0 % g as u64,
+            0,
+            "reservations are aligned to the granularity"
+        );
+        let free1 = d.mem_get_info().unwrap().free;
+        assert!(
+            free1 + (g as u64) > free0,
+            "a reservation uses no memory: {free0} -> {free1}"
+        );
+        let (a, b) = (d.mem_create(g, dev).unwrap(), d.mem_create(g, dev).unwrap());
+        assert_ne!(a, b);
+        let free2 = d.mem_get_info().unwrap().free;
+        assert!(
+            free2 + 2 * g as u64 <= free1,
+            "physical memory counts: {free1} -> {free2}"
+        );
+        d.mem_map(base, g, a).unwrap();
+        d.mem_map(base.offset(g as u64), g, b).unwrap();
+        d.mem_set_access(base, 2 * g, dev).unwrap();
+        // One copy across the boundary between the two mappings.
+        let data = pattern(2 * g, 5);
+        d.memcpy_htod(base, &data, None).unwrap();
+        d.memset_d8(base.offset(g as u64 - 100), 0x5A, 200, None)
+            .unwrap();
+        let mut back = vec![0; 2 * g];
+        d.memcpy_dtoh(&mut back, base, None).unwrap();
+        assert_eq!(back[..g - 100], data[..g - 100]);
+        assert!(back[g - 100..g + 100].iter().all(|&x| x == 0x5A));
+        assert_eq!(back[g + 100..], data[g + 100..]);
+        // Physical memory keeps its bytes when unmapped and mapped again elsewhere.
+        let s = d.stream_create(true).unwrap();
+        d.memset_d8(base, 0x11, 4096, Some(s)).unwrap();
+        d.stream_synchronize(s).unwrap();
+        d.mem_unmap(base, g).unwrap();
+        d.mem_unmap(base.offset(g as u64), g).unwrap();
+        let again = base.offset(3 * g as u64);
+        d.mem_map(again, g, a).unwrap();
+        d.mem_set_access(again, g, dev).unwrap();
+        let mut first = vec![0; 8192];
+        d.memcpy_dtoh(&mut first, again, None).unwrap();
+        assert!(first[..4096].iter().all(|&x| x == 0x11));
+        assert_eq!(first[4096..], data[4096..8192]);
+        d.mem_unmap(again, g).unwrap();
+        d.mem_release(a).unwrap();
+        d.mem_release(b).unwrap();
+        d.mem_address_free(base, 4 * g).unwrap();
+        d.stream_destroy(s).unwrap();
+        let free3 = d.mem_get_info().unwrap().free;
+        assert!(
+            free3 + (g as u64) > free0,
+            "everything given back: {free0} -> {free3}"
+        );
+    });
+}
+
+/// Misuse of virtual memory management is an error value, and leaves the driver usable.
+#[test]
+fn virtual_memory_misuse_is_a_typed_error() {
+    both(|d| {
+        let dev = DeviceId(0);
+        let g = d.mem_get_allocation_granularity(dev).unwrap();
+        assert!(d.mem_address_reserve(0, 0).is_err(), "size 0");
+        assert!(d.mem_create(0, dev).is_err(), "size 0");
+        assert!(d.mem_create(g + 1, dev).is_err(), "not a granule multiple");
+        assert!(d.mem_create(g, DeviceId(99)).is_err(), "no such device");
+        assert!(d.mem_create(1 << 50, dev).unwrap_err().is_out_of_memory());
+        let base = d.mem_address_reserve(2 * g, 0).unwrap();
+        let h = d.mem_create(g, dev).unwrap();
+        assert!(d.mem_unmap(base, g).is_err(), "nothing is mapped yet");
+        d.mem_map(base, g, h).unwrap();
+        assert!(d.mem_map(base, g, h).is_err(), "double map");
+        assert_eq!(
+            d.mem_release(h).unwrap_err().code,
+            CudaCode::ILLEGAL_STATE,
+            "release of mapped memory"
+        );
+        assert_eq!(
+            d.mem_address_free(base, 2 * g).unwrap_err().code,
+            CudaCode::ILLEGAL_STATE,
+            "a reservation with a mapping"
+        );
+        d.mem_set_access(base, g, dev).unwrap();
+        assert!(
+            d.ipc_get_mem_handle(base).is_err(),
+            "cuIpcGetMemHandle exports cuMemAlloc memory only"
+        );
+        d.mem_unmap(base, g).unwrap();
+        assert!(d.mem_unmap(base, g).is_err(), "unmap of an unmapped range");
+        d.mem_release(h).unwrap();
+        assert!(d.mem_release(h).is_err(), "double release");
+        assert!(d.mem_address_free(base, g).is_err(), "wrong size");
+        d.mem_address_free(base, 2 * g).unwrap();
+        assert!(d.mem_address_free(base, 2 * g).is_err(), "double free");
+        // Still usable.
+        let p = d.mem_alloc(256).unwrap();
+        d.mem_free(p).unwrap();
+    });
+}
+
+/// Per-call cost of virtual memory management, for the simulator's cost model: run on a GPU
+/// with `cargo test -p emm-cuda --test hardware -- --ignored --nocapture vmm_costs`.
+#[test]
+#[ignore = "a timing: run it on a GPU with --ignored --nocapture"]
+fn vmm_costs() {
+    use std::time::Instant;
+    let report = |d: &dyn Driver| {
+        let dev = DeviceId(0);
+        let g = d.mem_get_allocation_granularity(dev).unwrap();
+        for size in [g, 32 * g] {
+            let reps = 50;
+            let mut t = [0f64; 7];
+            for _ in 0..reps {
+                let mut lap = |i: usize, t0: Instant| t[i] += t0.elapsed().as_secs_f64() * 1e6;
+                let t0 = Instant::now();
+                let base = d.mem_address_reserve(size, 0).unwrap();
+                lap(0, t0);
+                let t0 = Instant::now();
+                let h = d.mem_create(size, dev).unwrap();
+                lap(1, t0);
+                let t0 = Instant::now();
+                d.mem_map(base, size, h).unwrap();
+                lap(2, t0);
+                let t0 = Instant::now();
+                d.mem_set_access(base, size, dev).unwrap();
+                lap(3, t0);
+                let t0 = Instant::now();
+                d.mem_unmap(base, size).unwrap();
+                lap(4, t0);
+                let t0 = Instant::now();
+                d.mem_release(h).unwrap();
+                lap(5, t0);
+                let t0 = Instant::now();
+                d.mem_address_free(base, size).unwrap();
+                lap(6, t0);
+            }
+            let names = [
+                "cuMemAddressReserve",
+                "cuMemCreate",
+                "cuMemMap",
+                "cuMemSetAccess",
+                "cuMemUnmap",
+                "cuMemRelease",
+                "cuMemAddressFree",
+            ];
+            for (n, us) in names.iter().zip(t) {
+                eprintln!(
+                    "{} {:>20} {:>6} MiB {:>9.1} us",
+                    d.backend_name(),
+                    n,
+                    size >> 20,
+                    us / reps as f64
+                );
+            }
+        }
+    };
+    match CudaDriver::new() {
+        Ok(gpu) => report(&gpu),
+        Err(e) => eprintln!("no GPU here: {e}"),
+    }
+}
+
+/// A pool over an expandable segment keeps every block's bytes, also blocks that straddle the
+/// granules it mapped one by one, and gives everything back when dropped.
+fn expandable_pool_check<D: Driver>(d: Arc<D>) {
+    let g = d.mem_get_allocation_granularity(DeviceId(0)).unwrap();
+    let free0 = d.mem_get_info().unwrap().free;
+    let pool = PoolResource::new(CudaResource::<D>::new(Arc::clone(&d)));
+    let sizes = [g / 2 + 1000, 3 * g + 12345, 256, g, 7 * g / 3];
+    let blocks: Vec<_> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| {
+            let p = pool.allocate(n, StreamId::DEFAULT).unwrap();
+            d.memcpy_htod(p, &pattern(n, i as u8), None).unwrap();
+            (p, n, i as u8)
+        })
+        .collect();
+    assert_eq!(pool.backing(), Some(Backing::Expandable));
+    assert!(pool.held_bytes() < 2 * sizes.iter().sum::<usize>() as u64);
+    for &(p, n, seed) in &blocks {
+        let mut back = vec![0; n];
+        d.memcpy_dtoh(&mut back, p, None).unwrap();
+        assert!(back == pattern(n, seed), "block at {p} lost its bytes");
+    }
+    for (i, &(p, n, _)) in blocks.iter().enumerate() {
+        if i != 1 {
+            pool.deallocate(p, n, StreamId::DEFAULT).unwrap();
+        }
+    }
+    pool.release().unwrap();
+    let (p, n, seed) = blocks[1];
+    let mut back = vec![0; n];
+    d.memcpy_dtoh(&mut back, p, None).unwrap();
+    assert!(
+        back == pattern(n, seed),
+        "a release keeps live blocks mapped"
+    );
+    pool.deallocate(p, n, StreamId::DEFAULT).unwrap();
+    drop(pool);
+    let free1 = d.mem_get_info().unwrap().free;
+    assert!(
+        free1 + (g as u64) > free0,
+        "all given back: {free0} -> {free1}"
+    );
+}
+
+#[test]
+fn an_expandable_pool_keeps_bytes_across_granules() {
+    expandable_pool_check(Arc::new(sim()));
+    if let Ok(gpu) = CudaDriver::new() {
+        expandable_pool_check(Arc::new(gpu));
+    }
+}
+
+/// The pool on W1, W2, W3 with each backing, by the harness of `cargo bench -p emm-core
+/// --bench resources`: one JSON line per run. Run on a GPU with
+/// `cargo test -p emm-cuda --release --test hardware -- --ignored --nocapture pool_workloads`.
+#[test]
+#[ignore = "a timing: run it on a GPU with --ignored --nocapture"]
+fn pool_workloads() {
+    let Ok(gpu) = CudaDriver::new() else {
+        eprintln!("no GPU here");
+        return;
+    };
+    let d = Arc::new(gpu);
+    for w in [workloads::w1(), workloads::w2(), workloads::w3()] {
+        for (label, backing) in [
+            ("pool", Backing::Expandable),
+            ("pool(chunks)", Backing::Chunks),
+        ] {
+            let r = bench::run(
+                &*d,
+                || {
+                    PoolResource::with_options(
+                        CudaResource::<CudaDriver>::new(Arc::clone(&d)),
+                        PoolOptions::default().backing(backing),
+                    )
+                },
+                label,
+                &w,
+                &BenchConfig::default(),
+            )
+            .unwrap();
+            println!("{}  held/peak live {:.3}", r.to_json(), r.held_over_live());
+        }
+    }
 }

@@ -1,5 +1,6 @@
 //! Simulated allocation throughput: one `cuMemAlloc` + `cuMemFree` pair per iteration, with
-//! and without contents tracking, and the standard workload W3 replayed through the driver.
+//! and without contents tracking, the standard workload W3 replayed through the driver, and
+//! one granule of virtual memory mapped and unmapped (five calls).
 //!
 //! Run with `cargo bench -p emm-sim`; ops/s = 2e9 / (ns per pair).
 
@@ -48,4 +49,34 @@ fn w3_replay(bencher: divan::Bencher) {
         )
         .expect("fits");
     });
+}
+
+/// One granule grown and given back: `cuMemCreate`, `cuMemMap`, `cuMemSetAccess`,
+/// `cuMemUnmap`, `cuMemRelease` in a reservation with 1 000 other granules mapped.
+#[divan::bench]
+fn vmm_granule_cycle(bencher: divan::Bencher) {
+    use emm_core::{DeviceId, DevicePtr};
+    let g = gpu(false);
+    let granule = g.mem_get_allocation_granularity(DeviceId(0)).expect("vmm");
+    let base = g.mem_address_reserve(1024 * granule, 0).expect("reserve");
+    let at = |i: usize| DevicePtr(base.0 + (i * granule) as u64);
+    let keep: Vec<_> = (0..1000)
+        .map(|i| {
+            let h = g.mem_create(granule, DeviceId(0)).expect("fits");
+            g.mem_map(at(i), granule, h).expect("map");
+            h
+        })
+        .collect();
+    bencher.bench_local(|| {
+        let h = g.mem_create(granule, DeviceId(0)).expect("fits");
+        g.mem_map(at(1000), granule, h).expect("map");
+        g.mem_set_access(at(1000), granule, DeviceId(0))
+            .expect("access");
+        g.mem_unmap(at(1000), granule).expect("unmap");
+        g.mem_release(h).expect("release");
+    });
+    for (i, h) in keep.into_iter().enumerate() {
+        g.mem_unmap(at(i), granule).expect("unmap");
+        g.mem_release(h).expect("release");
+    }
 }

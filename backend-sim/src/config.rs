@@ -26,6 +26,13 @@ pub struct SimConfig {
     pub granularity: u64,
     /// Page size of managed memory: the unit of residency and migration.
     pub managed_page_size: u64,
+    /// Whether devices support virtual memory management (`cuMemCreate`, `cuMemMap`, …); off,
+    /// those calls fail with `CUDA_ERROR_NOT_SUPPORTED`.
+    pub virtual_memory_management: bool,
+    /// The allocation granularity of virtual memory management (a power of two, at least
+    /// 4096): reservations, physical memory and mappings are multiples of it. 2 MiB, as on an
+    /// H100.
+    pub vmm_granularity: u64,
     /// Keep the bytes of memory (reads see what was written). Off, writes are dropped and reads
     /// see the poison pattern: for benchmarks of allocation alone.
     pub track_contents: bool,
@@ -52,6 +59,8 @@ impl Default for SimConfig {
             host_memory: 512 * GIB,
             granularity: 256,
             managed_page_size: 64 * 1024,
+            virtual_memory_management: true,
+            vmm_granularity: 2 * MIB,
             track_contents: true,
             record_trace: true,
             peer_access: true,
@@ -96,6 +105,12 @@ impl SimConfig {
         self
     }
 
+    /// Turns virtual memory management on or off.
+    pub fn virtual_memory_management(mut self, on: bool) -> Self {
+        self.virtual_memory_management = on;
+        self
+    }
+
     /// Adds a fault injected from the start.
     pub fn fault(mut self, fault: Fault) -> Self {
         self.faults.push(fault);
@@ -120,6 +135,12 @@ impl SimConfig {
             return Err(format!(
                 "SimConfig.granularity is {}; it must be a power of two of at least 256",
                 self.granularity
+            ));
+        }
+        if !self.vmm_granularity.is_power_of_two() || self.vmm_granularity < 4096 {
+            return Err(format!(
+                "SimConfig.vmm_granularity is {}; it must be a power of two of at least 4096",
+                self.vmm_granularity
             ));
         }
         if !self.managed_page_size.is_power_of_two() || self.managed_page_size < 4096 {
@@ -212,6 +233,22 @@ pub struct CostModel {
     /// Extra cost of `cuMemAlloc` per peer with access enabled: mapping a new allocation into
     /// every peer is why P2P registration grows quadratically across a 16-GPU node (RMM).
     pub peer_map_ns: u64,
+    /// `cuMemAddressReserve` or `cuMemAddressFree`.
+    pub vmm_reserve_ns: u64,
+    /// `cuMemCreate` or `cuMemRelease` of one granule; larger sizes cost more, as
+    /// [`CostModel::vmm_create_ns`] says.
+    pub vmm_create_ns: u64,
+    /// `cuMemCreate` or `cuMemRelease`: each further granule, in nanoseconds.
+    pub vmm_create_per_granule_ns: u64,
+    /// `cuMemMap` of one mapping.
+    pub vmm_map_ns: u64,
+    /// `cuMemUnmap` of one mapping.
+    pub vmm_unmap_ns: u64,
+    /// `cuMemSetAccess` of one granule; each further granule adds
+    /// `vmm_set_access_per_granule_ns`.
+    pub vmm_set_access_ns: u64,
+    /// `cuMemSetAccess`: each further granule.
+    pub vmm_set_access_per_granule_ns: u64,
     /// Any other call.
     pub call_ns: u64,
 }
@@ -239,12 +276,37 @@ impl Default for CostModel {
             mem_get_info_ns: 7_500,
             ipc_ns: 280,
             peer_map_ns: 1_000,
+            vmm_reserve_ns: VMM_COSTS[0],
+            vmm_create_ns: VMM_COSTS[1],
+            vmm_create_per_granule_ns: VMM_COSTS[2],
+            vmm_map_ns: VMM_COSTS[3],
+            vmm_unmap_ns: VMM_COSTS[4],
+            vmm_set_access_ns: VMM_COSTS[5],
+            vmm_set_access_per_granule_ns: VMM_COSTS[6],
             call_ns: 100,
         }
     }
 }
 
+/// Virtual memory management costs in ns: reserve, create one granule, create each further
+/// granule, map, unmap, set access on one granule, each further granule. Not measured (the
+/// hardware check `vmm_costs` in emm-cuda prints them on a GPU): guesses that add up to what
+/// `cuMemAlloc`, which does the same work in one call, measured on the H100: 7 µs up to 1 MiB
+/// (one granule: 1 + 4 + 1 + 1 µs) and 80 µs at 64 MiB (1 + 4 + 31 × 2 + 1 + 1 + 31 × 0.1 µs
+/// in one mapping: 72 µs); unmapping dearer than mapping, as a free is.
+const VMM_COSTS: [u64; 7] = [1_000, 4_000, 2_000, 1_000, 2_000, 1_000, 100];
+
 impl CostModel {
+    /// Cost of one `cuMemCreate` or `cuMemRelease` of `granules` granules.
+    pub fn vmm_create_ns(&self, granules: u64) -> u64 {
+        self.vmm_create_ns + granules.saturating_sub(1) * self.vmm_create_per_granule_ns
+    }
+
+    /// Cost of one `cuMemSetAccess` over `granules` granules.
+    pub fn vmm_set_access_ns(&self, granules: u64) -> u64 {
+        self.vmm_set_access_ns + granules.saturating_sub(1) * self.vmm_set_access_per_granule_ns
+    }
+
     /// Cost of one `cuMemAlloc` or `cuMemFree` of `size` bytes: flat to 1 MiB, then growing on
     /// a log scale to `alloc_large_ns` at 64 MiB and beyond.
     pub fn alloc_ns(&self, size: u64) -> u64 {
@@ -280,6 +342,19 @@ mod tests {
         assert_eq!(c.alloc_ns(GIB), c.alloc_large_ns);
         let mid = c.alloc_ns(8 * MIB);
         assert!(mid > c.alloc_small_ns && mid < c.alloc_large_ns);
+    }
+
+    #[test]
+    fn vmm_costs_add_up_to_what_cu_mem_alloc_costs() {
+        let c = CostModel::default();
+        let grow = |granules: u64| {
+            c.vmm_create_ns(granules) + c.vmm_map_ns + c.vmm_set_access_ns(granules)
+        };
+        let one = c.vmm_reserve_ns + grow(1);
+        assert_eq!(one, c.alloc_ns(MIB));
+        let many = c.vmm_reserve_ns + grow(32);
+        assert!(many.abs_diff(c.alloc_ns(64 * MIB)) < 10_000, "{many}");
+        assert!(c.vmm_unmap_ns > c.vmm_map_ns);
     }
 
     #[test]

@@ -7,7 +7,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use emm_core::attribution::current_caller;
 use emm_core::{
     Advice, CudaCode, DeviceId, DeviceProperties, DevicePtr, Driver, DriverResult, EventId,
-    HostAllocFlags, HostPtr, IpcMemHandle, Location, MemInfo, MemPoolId, MemPoolUsage, StreamId,
+    HostAllocFlags, HostPtr, IpcMemHandle, Location, MemInfo, MemPoolId, MemPoolUsage, PhysHandle,
+    StreamId,
 };
 
 use crate::config::{Fault, SimConfig};
@@ -198,7 +199,24 @@ impl SimDriver {
                 Kind::Pinned { .. } => add(&mut r.pinned_memory, a.size),
                 Kind::Pageable => add(&mut r.pageable_memory, a.size),
                 Kind::IpcAlias { .. } => add(&mut r.open_ipc_handles, a.size),
+                Kind::Reserved(ref res) => {
+                    add(&mut r.reservations, a.size);
+                    for m in res.mappings.values() {
+                        add(&mut r.mappings, m.size);
+                    }
+                }
             }
+        }
+        for (&handle, ph) in &st.phys {
+            if r.leaks.len() < crate::report::LEAKS_LISTED {
+                r.leaks.push(crate::report::Leak {
+                    addr: handle,
+                    size: ph.size,
+                    kind: "physical memory from cuMemCreate",
+                    caller: ph.caller,
+                });
+            }
+            add(&mut r.physical_memory, ph.size);
         }
         for reg in st.registrations.values() {
             add(&mut r.registrations, reg.size);
@@ -544,6 +562,67 @@ impl Driver for SimDriver {
                 used: pl.used,
             })
         })
+    }
+
+    fn mem_get_allocation_granularity(&self, device: DeviceId) -> DriverResult<usize> {
+        self.call(
+            CallKind::MemGetAllocationGranularity,
+            [u64::from(device.0), 0, 0],
+            |st, p| st.mem_get_allocation_granularity(p, device),
+        )
+        .map(|g| g as usize)
+    }
+
+    fn mem_address_reserve(&self, size: usize, alignment: usize) -> DriverResult<DevicePtr> {
+        self.call(
+            CallKind::MemAddressReserve,
+            [size as u64, alignment as u64, 0],
+            |st, p| st.mem_address_reserve(p, size as u64, alignment as u64),
+        )
+        .map(DevicePtr)
+    }
+
+    fn mem_address_free(&self, ptr: DevicePtr, size: usize) -> DriverResult<()> {
+        self.call(
+            CallKind::MemAddressFree,
+            [ptr.0, size as u64, 0],
+            |st, p| st.mem_address_free(p, ptr.0, size as u64),
+        )
+    }
+
+    fn mem_create(&self, size: usize, device: DeviceId) -> DriverResult<PhysHandle> {
+        self.call(
+            CallKind::MemCreate,
+            [size as u64, u64::from(device.0), 0],
+            |st, p| st.mem_create(p, size as u64, device),
+        )
+        .map(PhysHandle)
+    }
+
+    fn mem_release(&self, handle: PhysHandle) -> DriverResult<()> {
+        self.call(CallKind::MemRelease, [handle.0, 0, 0], |st, p| {
+            st.mem_release(p, handle.0)
+        })
+    }
+
+    fn mem_map(&self, ptr: DevicePtr, size: usize, handle: PhysHandle) -> DriverResult<()> {
+        self.call(CallKind::MemMap, [ptr.0, size as u64, handle.0], |st, p| {
+            st.mem_map(p, ptr.0, size as u64, handle.0)
+        })
+    }
+
+    fn mem_unmap(&self, ptr: DevicePtr, size: usize) -> DriverResult<()> {
+        self.call(CallKind::MemUnmap, [ptr.0, size as u64, 0], |st, p| {
+            st.mem_unmap(p, ptr.0, size as u64)
+        })
+    }
+
+    fn mem_set_access(&self, ptr: DevicePtr, size: usize, device: DeviceId) -> DriverResult<()> {
+        self.call(
+            CallKind::MemSetAccess,
+            [ptr.0, size as u64, u64::from(device.0)],
+            |st, p| st.mem_set_access(p, ptr.0, size as u64, device),
+        )
     }
 
     fn mem_alloc_managed(&self, size: usize, attach_global: bool) -> DriverResult<DevicePtr> {

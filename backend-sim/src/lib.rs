@@ -13,6 +13,8 @@
 //! - `streams`: streams and events on virtual time.
 //! - `managed`: managed-memory residency, migration, advice and oversubscription.
 //! - `ipc`: IPC handles between simulated processes.
+//! - `vmm`: virtual memory management: reservations, physical memory, mappings, access.
+//! - `reservation`: what is mapped in a reservation, and the check on every access to one.
 //! - `clock`: vector clocks.
 //! - [`trace`]: the call trace and its hash.
 //! - [`report`]: violations and outstanding resources.
@@ -24,9 +26,11 @@ mod ipc;
 mod managed;
 mod memory;
 pub mod report;
+mod reservation;
 mod state;
 mod streams;
 pub mod trace;
+mod vmm;
 
 pub use config::{CostModel, Fault, SimConfig, GIB, MIB};
 pub use driver::SimDriver;

@@ -694,6 +694,14 @@ impl State {
     pub(crate) fn mem_get_address_range(&mut self, p: u32, addr: u64) -> DriverResult<(u64, u64)> {
         self.charge(p, self.cfg.costs.call_ns);
         match self.containing(addr) {
+            Some((base, a)) if a.process == p && matches!(a.kind, Kind::Reserved(_)) => {
+                self.mapping_at(base, addr).ok_or_else(|| {
+                    self.err(
+                        CudaCode::NOT_FOUND,
+                        format!("{addr:#x} is reserved but not mapped"),
+                    )
+                })
+            }
             Some((base, a)) if a.process == p && !matches!(a.kind, Kind::Pageable) => {
                 Ok((base, a.size))
             }
@@ -765,13 +773,15 @@ impl State {
             ));
         }
         match &a.kind {
-            Kind::Device { .. } | Kind::PoolBlock { .. } if !device_side => Err(self.err(
-                CudaCode::INVALID_VALUE,
-                format!(
-                    "{addr:#x} is {}; the host cannot load or store it: copy it with memcpy",
-                    a.kind.describe()
-                ),
-            )),
+            Kind::Device { .. } | Kind::PoolBlock { .. } | Kind::Reserved(_) if !device_side => {
+                Err(self.err(
+                    CudaCode::INVALID_VALUE,
+                    format!(
+                        "{addr:#x} is {}; the host cannot load or store it: copy it with memcpy",
+                        a.kind.describe()
+                    ),
+                ))
+            }
             Kind::Pinned { .. } | Kind::Pageable if kernel && !self.host_mapped(a, addr, len) => {
                 Err(self.err(
                     CudaCode::ILLEGAL_ADDRESS,
@@ -795,15 +805,23 @@ impl State {
                     }
                 }
             }
+            Kind::Reserved(_) => self
+                .check_mapped(base, addr, len, None)
+                .map(|()| (base, addr)),
             _ => Ok((base, addr)),
         }
     }
 
     /// A kernel on stream `s` may touch another device's memory only once its context has
     /// enabled peer access to that device.
-    fn check_peer_access(&mut self, base: u64, s: u64) -> DriverResult<()> {
+    fn check_peer_access(&mut self, base: u64, addr: u64, len: u64, s: u64) -> DriverResult<()> {
         let owner = match self.allocs.get(&base).map(|a| &a.kind) {
             Some(Kind::Device { device } | Kind::PoolBlock { device, .. }) => *device,
+            Some(Kind::Reserved(_)) => {
+                // Mapped memory is reachable from the devices cuMemSetAccess names.
+                let device = self.streams[&s].device;
+                return self.check_mapped(base, addr, len, Some(device));
+            }
             _ => return Ok(()),
         };
         let st = &self.streams[&s];
@@ -873,7 +891,12 @@ impl State {
                 && (write || !a.write)
                 && (a.actor == actor || clock.has_seen(a.actor, a.epoch)))
         });
-        if alloc.accesses.len() >= ACCESS_MEMORY {
+        // A reservation is one allocation for a whole pool: it remembers more.
+        let memory = match alloc.kind {
+            Kind::Reserved(_) => 16 * ACCESS_MEMORY,
+            _ => ACCESS_MEMORY,
+        };
+        if alloc.accesses.len() >= memory {
             alloc.accesses.remove(0);
         }
         alloc.accesses.push(Access {
@@ -923,7 +946,7 @@ impl State {
     ) -> DriverResult<u64> {
         let (base, target) = self.resolve(p, addr, len, who != Who::Host, kernel)?;
         if let (true, Who::Stream(s)) = (kernel, who) {
-            self.check_peer_access(base, s)?;
+            self.check_peer_access(base, target, len, s)?;
         }
         let migrate = kernel || who == Who::Host;
         let migration_ns = self.touch_managed(base, target, len, who, migrate, write);

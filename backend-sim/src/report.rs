@@ -151,12 +151,19 @@ pub struct SimReport {
     pub events: Outstanding,
     /// Created and not destroyed driver pools (default pools excluded).
     pub pools: Outstanding,
+    /// Address reservations not freed (their bytes are address space, not memory).
+    pub reservations: Outstanding,
+    /// Mappings of physical memory not unmapped.
+    pub mappings: Outstanding,
+    /// Physical memory from `cuMemCreate` not released.
+    pub physical_memory: Outstanding,
 }
 
 impl SimReport {
-    /// Bytes still allocated from the driver (device, managed, pinned, registered, opened).
+    /// Bytes still allocated from the driver (device, physical, managed, pinned, registered).
     pub fn leaked_bytes(&self) -> u64 {
         self.device_memory.bytes
+            + self.physical_memory.bytes
             + self.managed_memory.bytes
             + self.pinned_memory.bytes
             + self.registrations.bytes
@@ -167,8 +174,9 @@ impl SimReport {
         self.violations.is_empty() && self.nothing_held()
     }
 
-    /// True when no memory, handle, stream, event or pool is held (pool memory that is reserved
-    /// but free does not count: the driver releases it at the next synchronization).
+    /// True when no memory, reservation, mapping, handle, stream, event or pool is held (pool
+    /// memory that is reserved but free does not count: the driver releases it at the next
+    /// synchronization).
     pub fn nothing_held(&self) -> bool {
         let zero = Outstanding::default();
         [
@@ -181,6 +189,9 @@ impl SimReport {
             self.streams,
             self.events,
             self.pools,
+            self.reservations,
+            self.mappings,
+            self.physical_memory,
         ]
         .iter()
         .all(|o| *o == zero)
@@ -211,6 +222,9 @@ impl fmt::Display for SimReport {
             ("streams", self.streams),
             ("events", self.events),
             ("pools", self.pools),
+            ("address reservations", self.reservations),
+            ("mappings", self.mappings),
+            ("physical memory", self.physical_memory),
         ];
         for (name, o) in rows {
             writeln!(f, "{name:>24}: {} live, {}", o.count, Bytes(o.bytes))?;

@@ -27,6 +27,14 @@ pub(crate) const MANAGED_VA: u64 = 2 << 48;
 pub(crate) const HOST_VA: u64 = 3 << 48;
 /// Start of process `p`'s range for opened IPC handles.
 pub(crate) const IPC_VA: u64 = 4 << 48;
+/// Start of the range address reservations (`cuMemAddressReserve`) take from, all devices and
+/// processes together; it spans [`RESERVE_SPAN`] bytes.
+pub(crate) const RESERVE_VA: u64 = 5 << 48;
+/// Bytes of address space for reservations: 256 TiB, three thousand 80 GiB reservations.
+pub(crate) const RESERVE_SPAN: u64 = 1 << 48;
+/// Where the bytes of physical memory (`cuMemCreate`) are kept while it is not mapped; never
+/// a device address.
+pub(crate) const PHYS_STORE: u64 = 6 << 48;
 /// Bytes of address space in each range. Addresses are never reused, so an access to freed
 /// memory is always caught; only driver pools hand the same address out again, as CUDA's do.
 pub(crate) const VA_SPAN: u64 = 1 << 44;
@@ -50,6 +58,8 @@ pub(crate) enum Kind {
     Pageable,
     /// An IPC handle opened in this process, aliasing `target`.
     IpcAlias { target: u64, serial: u64 },
+    /// A virtual address reservation (`cuMemAddressReserve`) and what is mapped in it.
+    Reserved(Box<crate::reservation::Reservation>),
 }
 
 impl Kind {
@@ -61,6 +71,7 @@ impl Kind {
             Kind::Pinned { .. } => "pinned host memory",
             Kind::Pageable => "pageable host memory",
             Kind::IpcAlias { .. } => "an opened IPC mapping",
+            Kind::Reserved(_) => "a virtual address reservation from cuMemAddressReserve",
         }
     }
 }
@@ -227,6 +238,12 @@ pub(crate) struct State {
     /// happens after making it (the handle travels from one process to the other).
     pub(crate) ipc_exports: BTreeMap<u64, VClock>,
     pub(crate) contents: BTreeMap<u64, Box<[u8]>>,
+    /// Physical memory from `cuMemCreate`, by handle.
+    pub(crate) phys: BTreeMap<u64, crate::vmm::Phys>,
+    /// The next free address for reservations.
+    pub(crate) reserve_va_next: u64,
+    /// The next free address in the store of unmapped physical memory's bytes.
+    pub(crate) phys_store_next: u64,
     pub(crate) managed_va_next: u64,
     pub(crate) lru: Vec<BTreeMap<u64, (u64, u64)>>,
     pub(crate) lru_tick: u64,
@@ -282,6 +299,9 @@ impl State {
             per_thread_streams: BTreeMap::new(),
             ipc_exports: BTreeMap::new(),
             contents: BTreeMap::new(),
+            phys: BTreeMap::new(),
+            reserve_va_next: RESERVE_VA,
+            phys_store_next: PHYS_STORE,
             managed_va_next: MANAGED_VA,
             lru: Vec::new(),
             lru_tick: 0,

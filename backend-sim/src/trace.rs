@@ -77,6 +77,14 @@ call_kinds! {
     HostRead => "host load",
     HostWrite => "host store",
     DeviceAccess => "kernel access",
+    MemGetAllocationGranularity => "cuMemGetAllocationGranularity",
+    MemAddressReserve => "cuMemAddressReserve",
+    MemAddressFree => "cuMemAddressFree",
+    MemCreate => "cuMemCreate",
+    MemRelease => "cuMemRelease",
+    MemMap => "cuMemMap",
+    MemUnmap => "cuMemUnmap",
+    MemSetAccess => "cuMemSetAccess",
 }
 
 impl CallKind {
@@ -89,6 +97,7 @@ impl CallKind {
                 | CallKind::MemAllocAsync
                 | CallKind::MemAllocFromPoolAsync
                 | CallKind::MemAllocManaged
+                | CallKind::MemCreate
         )
     }
 }

@@ -6,7 +6,8 @@
 //! one JSON line per (resource, workload) from the shared harness (`emm_core::mr::bench`: the
 //! peers' protocol, warm-up plus median of three passes, with memory held at peak over peak
 //! live bytes) and the holes test, and writes them to `target/emm-bench/resources.jsonl`
-//! (`EMM_BENCH_RESULTS` overrides the path). `EMM_BENCH_SUMMARY=0` skips that part.
+//! (`EMM_BENCH_RESULTS` overrides the path). `EMM_BENCH_SUMMARY=0` skips that part;
+//! `EMM_BENCH_ONLY=pool,arena` limits it to the resources named.
 
 use std::io::Write;
 use std::sync::Arc;
@@ -15,8 +16,8 @@ use divan::counter::ItemsCount;
 use divan::Bencher;
 use emm_core::mr::bench::{self, BenchConfig, BenchResult};
 use emm_core::mr::{
-    ArenaResource, AsyncResource, BinningResource, CudaResource, DeviceMemoryResource,
-    FixedSizeResource, ManagedResource, MrResult, PoolResource,
+    ArenaResource, AsyncResource, Backing, BinningResource, CudaResource, DeviceMemoryResource,
+    FixedSizeResource, ManagedResource, MrResult, PoolOptions, PoolResource,
 };
 use emm_core::workloads::{self, Workload};
 use emm_core::StreamId;
@@ -42,11 +43,12 @@ fn gpu() -> Arc<SimDriver> {
 }
 
 /// The resources benchmarked, by label.
-const RESOURCES: [&str; 7] = [
+const RESOURCES: [&str; 8] = [
     "cuda",
     "async",
     "managed",
     "pool",
+    "pool(chunks)",
     "fixed_size",
     "binning(pool)",
     "arena",
@@ -61,6 +63,10 @@ fn build(label: &str, g: &Arc<SimDriver>, largest: u64) -> MrResult<Arc<dyn Devi
         "async" => Arc::new(AsyncResource::<SimDriver>::new(Arc::clone(g))?),
         "managed" => Arc::new(ManagedResource::<SimDriver>::new(Arc::clone(g))),
         "pool" => Arc::new(PoolResource::new(cuda())),
+        "pool(chunks)" => Arc::new(PoolResource::with_options(
+            cuda(),
+            PoolOptions::default().backing(Backing::Chunks),
+        )?),
         "fixed_size" => Arc::new(FixedSizeResource::new(cuda(), largest)?),
         "binning(pool)" => Arc::new(BinningResource::with_range(
             PoolResource::new(cuda()),
@@ -94,9 +100,14 @@ fn results_path() -> std::path::PathBuf {
 
 /// The harness figures: ns/op and held/peak per (resource, workload), and the holes test.
 fn summary() {
+    let only = std::env::var("EMM_BENCH_ONLY").ok();
+    let wanted = |label: &str| {
+        only.as_deref()
+            .is_none_or(|o| o.split(',').any(|x| x == label))
+    };
     let mut lines = Vec::new();
     for w in [workloads::w1(), workloads::w2(), workloads::w3()] {
-        for label in RESOURCES {
+        for label in RESOURCES.into_iter().filter(|l| wanted(l)) {
             let g = gpu();
             let max = largest(&w);
             let r = bench::run(
@@ -121,7 +132,10 @@ fn summary() {
             }
         }
     }
-    for label in ["pool", "arena", "binning(pool)"] {
+    for label in ["pool", "arena", "binning(pool)"]
+        .into_iter()
+        .filter(|l| wanted(l))
+    {
         for holes in [4096usize, 16_384, 65_536] {
             let g = gpu();
             let r = build(label, &g, MIB)
@@ -183,6 +197,7 @@ workload_benches! {
     cuda_async => "async",
     managed => "managed",
     pool => "pool",
+    pool_chunks => "pool(chunks)",
     fixed_size => "fixed_size",
     binning_over_pool => "binning(pool)",
     arena => "arena",

@@ -1,9 +1,9 @@
 //! The [`Driver`] trait: the one seam between emm and a GPU.
 //!
 //! It covers what the source documents use of the CUDA driver API — contexts, device memory
-//! (synchronous and stream-ordered), driver memory pools, managed memory with advice and
-//! prefetch, pinned and registered host memory, IPC, streams and events, copies — and nothing
-//! else. Every method returns a [`DriverResult`]; an implementation never panics on bad input
+//! (synchronous and stream-ordered), driver memory pools, virtual memory management (reserve
+//! address space, create physical memory, map it), managed memory with advice and prefetch,
+//! pinned and registered host memory, IPC, streams and events, copies — and nothing else. Every method returns a [`DriverResult`]; an implementation never panics on bad input
 //! (a foreign pointer, a double free, size 0, an absurd size): it returns the CUDA code the real
 //! driver would, with a message saying what was asked.
 //!
@@ -71,6 +71,13 @@ handle!(
     /// A driver memory pool (`CUmemoryPool`), used by stream-ordered allocation.
     MemPoolId(u64),
     "mempool:{}"
+);
+
+handle!(
+    /// Physical device memory from [`Driver::mem_create`] (`CUmemGenericAllocationHandle`):
+    /// memory with no address until [`Driver::mem_map`] maps it into a reserved range.
+    PhysHandle(u64),
+    "phys:{:#x}"
 );
 
 impl StreamId {
@@ -270,6 +277,47 @@ pub trait Driver: Send + Sync + 'static {
     fn mem_pool_trim_to(&self, pool: MemPoolId, min_bytes_to_keep: u64) -> DriverResult<()>;
     /// Reserved and used bytes of a pool.
     fn mem_pool_usage(&self, pool: MemPoolId) -> DriverResult<MemPoolUsage>;
+
+    // ---- virtual memory management -------------------------------------------------------
+    //
+    // Reserve address space, create physical memory, map it into the reservation, grant a
+    // device access: what PyTorch's expandable segments are made of. Sizes and addresses are
+    // multiples of the allocation granularity. emm's rules, which the simulator enforces: a
+    // range is unmapped before its physical memory is released and before its reservation is
+    // freed, and the work using a range is waited for before it is unmapped (`cuMemUnmap` is
+    // not stream-ordered).
+
+    /// The allocation granularity of device memory on `device`
+    /// (`cuMemGetAllocationGranularity`, `CU_MEM_ALLOC_GRANULARITY_MINIMUM`): 2 MiB on an H100.
+    /// `NOT_SUPPORTED` where the device has no virtual memory management.
+    fn mem_get_allocation_granularity(&self, device: DeviceId) -> DriverResult<usize>;
+    /// Reserve `size` bytes of device virtual address space aligned to `alignment` (0: the
+    /// granularity) (`cuMemAddressReserve`). Uses no memory; nothing may touch the range until
+    /// memory is mapped there. A size that is 0 or not a multiple of the granularity is
+    /// `INVALID_VALUE`.
+    fn mem_address_reserve(&self, size: usize, alignment: usize) -> DriverResult<DevicePtr>;
+    /// Free a reservation from [`Driver::mem_address_reserve`] (`cuMemAddressFree`); `size` as
+    /// reserved. A reservation with memory still mapped in it is refused: unmap first.
+    fn mem_address_free(&self, ptr: DevicePtr, size: usize) -> DriverResult<()>;
+    /// Create `size` bytes of physical memory on `device` (`cuMemCreate`, pinned device memory,
+    /// no shareable handle). It counts against the device's memory at once. A size that is 0 or
+    /// not a multiple of the granularity is `INVALID_VALUE`.
+    fn mem_create(&self, size: usize, device: DeviceId) -> DriverResult<PhysHandle>;
+    /// Release physical memory from [`Driver::mem_create`] (`cuMemRelease`). Memory still
+    /// mapped is refused with `ILLEGAL_STATE` (CUDA would free it at its last unmap; emm's
+    /// layers unmap first, so the refusal catches a leak).
+    fn mem_release(&self, handle: PhysHandle) -> DriverResult<()>;
+    /// Map the first `size` bytes of `handle` at `ptr`, inside a reservation (`cuMemMap`,
+    /// offset 0). A range that is already mapped, in part or whole, is refused. Nothing may
+    /// touch the range until [`Driver::mem_set_access`] grants access.
+    fn mem_map(&self, ptr: DevicePtr, size: usize, handle: PhysHandle) -> DriverResult<()>;
+    /// Unmap `size` bytes at `ptr` (`cuMemUnmap`): one or more whole mappings. Not
+    /// stream-ordered: wait for the work that uses the range first. A range that is not
+    /// mapped, or only part of a mapping, is refused.
+    fn mem_unmap(&self, ptr: DevicePtr, size: usize) -> DriverResult<()>;
+    /// Let `device` read and write the mapped range `ptr..ptr + size` (`cuMemSetAccess`,
+    /// `CU_MEM_ACCESS_FLAGS_PROT_READWRITE`). A range not wholly mapped is refused.
+    fn mem_set_access(&self, ptr: DevicePtr, size: usize, device: DeviceId) -> DriverResult<()>;
 
     // ---- managed memory ------------------------------------------------------------------
 
@@ -481,6 +529,38 @@ impl<T: Driver + ?Sized> Driver for std::sync::Arc<T> {
     #[inline]
     fn mem_pool_usage(&self, pool: MemPoolId) -> DriverResult<MemPoolUsage> {
         (**self).mem_pool_usage(pool)
+    }
+    #[inline]
+    fn mem_get_allocation_granularity(&self, device: DeviceId) -> DriverResult<usize> {
+        (**self).mem_get_allocation_granularity(device)
+    }
+    #[inline]
+    fn mem_address_reserve(&self, size: usize, alignment: usize) -> DriverResult<DevicePtr> {
+        (**self).mem_address_reserve(size, alignment)
+    }
+    #[inline]
+    fn mem_address_free(&self, ptr: DevicePtr, size: usize) -> DriverResult<()> {
+        (**self).mem_address_free(ptr, size)
+    }
+    #[inline]
+    fn mem_create(&self, size: usize, device: DeviceId) -> DriverResult<PhysHandle> {
+        (**self).mem_create(size, device)
+    }
+    #[inline]
+    fn mem_release(&self, handle: PhysHandle) -> DriverResult<()> {
+        (**self).mem_release(handle)
+    }
+    #[inline]
+    fn mem_map(&self, ptr: DevicePtr, size: usize, handle: PhysHandle) -> DriverResult<()> {
+        (**self).mem_map(ptr, size, handle)
+    }
+    #[inline]
+    fn mem_unmap(&self, ptr: DevicePtr, size: usize) -> DriverResult<()> {
+        (**self).mem_unmap(ptr, size)
+    }
+    #[inline]
+    fn mem_set_access(&self, ptr: DevicePtr, size: usize, device: DeviceId) -> DriverResult<()> {
+        (**self).mem_set_access(ptr, size, device)
     }
     #[inline]
     fn mem_alloc_managed(&self, size: usize, attach_global: bool) -> DriverResult<DevicePtr> {

@@ -27,6 +27,6 @@ pub mod workloads;
 pub use containers::{reinitialize, ReinitializeOptions};
 pub use driver::{
     Advice, ContextId, DeviceId, DeviceProperties, DevicePtr, Driver, EventId, HostAllocFlags,
-    HostPtr, IpcMemHandle, Location, MemInfo, MemPoolId, MemPoolUsage, StreamId,
+    HostPtr, IpcMemHandle, Location, MemInfo, MemPoolId, MemPoolUsage, PhysHandle, StreamId,
 };
 pub use error::{CudaCode, DriverError, DriverResult};

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use emm_core::mr::{
-    CudaResource, DeviceMemoryResource, Growth, MrError, PoolOptions, PoolResource,
+    Backing, CudaResource, DeviceMemoryResource, Growth, MrError, PoolOptions, PoolResource,
 };
 use emm_core::workloads;
 use emm_core::{CudaCode, DeviceId, DevicePtr, Driver, StreamId};
@@ -16,6 +16,16 @@ fn gpu() -> Arc<SimDriver> {
 
 fn pool(g: &Arc<SimDriver>) -> PoolResource<CudaResource<SimDriver>> {
     PoolResource::new(CudaResource::new(Arc::clone(g)))
+}
+
+/// A pool of `cuMemAlloc` chunks, for the tests of chunk behaviour (mr_pool_expandable.rs has
+/// the expandable segment's).
+fn chunked(g: &Arc<SimDriver>, options: PoolOptions) -> PoolResource<CudaResource<SimDriver>> {
+    PoolResource::with_options(
+        CudaResource::new(Arc::clone(g)),
+        options.backing(Backing::Chunks),
+    )
+    .unwrap()
 }
 
 fn calls_of(g: &SimDriver, kind: CallKind) -> usize {
@@ -162,11 +172,7 @@ fn growth_stops_at_the_maximum_and_frees_make_room() {
 #[test]
 fn initial_size_is_taken_at_once_and_release_gives_free_chunks_back() {
     let g = gpu();
-    let p = PoolResource::with_options(
-        CudaResource::<SimDriver>::new(Arc::clone(&g)),
-        PoolOptions::default().initial_size(64 * MIB),
-    )
-    .unwrap();
+    let p = chunked(&g, PoolOptions::default().initial_size(64 * MIB));
     assert_eq!(g.device_memory_used(DeviceId(0)), 64 * MIB);
     let s = StreamId::DEFAULT;
     let small = p.allocate(1000, s).unwrap();
@@ -219,7 +225,7 @@ fn upstream_out_of_memory_releases_free_chunks_and_retries() {
 #[test]
 fn an_upstream_failure_is_returned_and_changes_nothing() {
     let g = gpu();
-    let p = pool(&g);
+    let p = chunked(&g, PoolOptions::default());
     g.inject(Fault::FailNth {
         call: Some(CallKind::MemAlloc),
         nth: 1,

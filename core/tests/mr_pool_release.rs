@@ -1,13 +1,18 @@
 //! The pool gives back memory freed on any stream when the upstream runs out, and at release.
 
-use emm_core::mr::{CudaResource, DeviceMemoryResource, PoolResource};
+use emm_core::mr::{Backing, CudaResource, DeviceMemoryResource, PoolOptions, PoolResource};
 use emm_core::{Driver, StreamId};
 use emm_sim::{SimConfig, SimDriver, GIB, MIB};
 
 #[test]
 fn out_of_memory_gives_back_chunks_freed_on_other_streams() {
     let g = SimDriver::new(SimConfig::new(1).memory_per_device(GIB)).unwrap();
-    let pool = PoolResource::new(CudaResource::new(g.clone()));
+    // Chunks: an expandable segment fits the big request at once (mr_pool_expandable.rs).
+    let pool = PoolResource::with_options(
+        CudaResource::new(g.clone()),
+        PoolOptions::default().backing(Backing::Chunks),
+    )
+    .unwrap();
     let s1 = g.stream_create(true).unwrap();
     let a = pool.allocate(1, s1).unwrap();
     let b = pool.allocate(1, StreamId::DEFAULT).unwrap();

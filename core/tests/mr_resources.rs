@@ -4,9 +4,9 @@
 use std::sync::Arc;
 
 use emm_core::mr::{
-    ArenaResource, AsyncResource, BinningResource, CudaResource, DeviceMemoryResource,
+    ArenaResource, AsyncResource, Backing, BinningResource, CudaResource, DeviceMemoryResource,
     FixedSizeResource, HostMemoryResource, ManagedResource, MrError, PinnedHostResource,
-    PoolResource,
+    PoolOptions, PoolResource,
 };
 use emm_core::{DeviceId, Driver, HostAllocFlags, HostPtr, Location, StreamId};
 use emm_sim::{CallKind, SimConfig, SimDriver, GIB};
@@ -241,11 +241,18 @@ fn arena_threads_share_the_global_arena_and_give_superblocks_back() {
 #[test]
 fn every_resource_names_itself_in_driver_attribution() {
     let g = gpu();
-    let p = PoolResource::new(cuda(&g));
+    let chunks = PoolOptions::default().backing(Backing::Chunks);
+    let p = PoolResource::with_options(cuda(&g), chunks).unwrap();
     let x = p.allocate(100, S).unwrap();
     p.deallocate(x, 100, S).unwrap();
     let by = g.device_allocations_by_caller();
     assert_eq!(by.get("CudaResource"), Some(&1), "{by:?}");
+    // An expandable pool creates physical memory itself.
+    let p = PoolResource::new(cuda(&g));
+    let x = p.allocate(100, S).unwrap();
+    p.deallocate(x, 100, S).unwrap();
+    let by = g.device_allocations_by_caller();
+    assert_eq!(by.get("PoolResource"), Some(&1), "{by:?}");
     let a = AsyncResource::<SimDriver>::new(Arc::clone(&g)).unwrap();
     let y = a.allocate(100, S).unwrap();
     a.deallocate(y, 100, S).unwrap();

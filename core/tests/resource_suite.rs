@@ -8,8 +8,8 @@
 use std::sync::Arc;
 
 use emm_core::mr::{
-    ArenaResource, AsyncResource, BinningResource, CudaResource, DeviceMemoryResource,
-    FixedSizeResource, ManagedResource, MrError, PoolResource, MIN_ALIGNMENT,
+    ArenaResource, AsyncResource, Backing, BinningResource, CudaResource, DeviceMemoryResource,
+    FixedSizeResource, ManagedResource, MrError, PoolOptions, PoolResource, MIN_ALIGNMENT,
 };
 use emm_core::workloads::SplitMix64;
 use emm_core::{DevicePtr, Driver, StreamId};
@@ -437,6 +437,7 @@ suite! {
     managed_resource: |g| ManagedResource::<SimDriver>::new(Arc::clone(g)), Caps::DRIVER;
     async_resource: |g| AsyncResource::<SimDriver>::new(Arc::clone(g)).expect("pool"), Caps { instances_equal: false, ..Caps::DRIVER };
     pool_resource: |g| PoolResource::new(cuda(g)), Caps::SUBALLOCATOR;
+    pool_of_chunks: |g| PoolResource::with_options(cuda(g), PoolOptions::default().backing(Backing::Chunks)).expect("options"), Caps::SUBALLOCATOR;
     pool_over_async: |g| PoolResource::new(AsyncResource::<SimDriver>::new(Arc::clone(g)).expect("pool")), Caps::SUBALLOCATOR;
     fixed_size_resource: |g| FixedSizeResource::new(cuda(g), MIB).expect("bin"), FIXED;
     binning_over_pool: |g| BinningResource::with_range(PoolResource::new(cuda(g)), 8, 20).expect("bins"), Caps::SUBALLOCATOR;

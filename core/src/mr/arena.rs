@@ -69,7 +69,9 @@ impl<Up: DeviceMemoryResource> ArenaResource<Up> {
             arenas: (0..arenas.max(1))
                 .map(|_| Mutex::new(Arena::default()))
                 .collect(),
-            global: PoolResource::new(upstream),
+            // Chunks, as before pools could grow a segment: the arena manager exports memory
+            // over IPC, which takes cuMemAlloc memory only.
+            global: PoolResource::chunked(upstream),
             small_max: SUPERBLOCK / 8,
         }
     }

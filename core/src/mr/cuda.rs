@@ -114,6 +114,10 @@ impl<D: Driver> DeviceMemoryResource for CudaResource<D> {
     fn driver(&self) -> &dyn Driver {
         &*self.driver
     }
+
+    fn driver_backed(&self) -> bool {
+        true
+    }
 }
 
 const _: () = {

@@ -54,7 +54,7 @@ pub use local::LocalMemoryResource;
 pub use managed::ManagedResource;
 pub use pinned_host::PinnedHostResource;
 pub use pool::PoolResource;
-pub use pool_options::{Growth, PoolOptions};
+pub use pool_options::{Backing, Growth, PoolOptions};
 
 use std::fmt;
 use std::sync::Arc;
@@ -210,6 +210,14 @@ pub trait DeviceMemoryResource: Send + Sync {
 
     /// The driver this resource's memory ultimately comes from.
     fn driver(&self) -> &dyn Driver;
+
+    /// Whether every allocation is plain device memory straight from [`Self::driver`]
+    /// (`cuMemAlloc`), with nothing counted, limited or logged on the way, so that a pool over
+    /// this resource may take device memory from the driver itself (reserve and map) and lose
+    /// nothing. The default: false.
+    fn driver_backed(&self) -> bool {
+        false
+    }
 }
 
 /// Checks an alignment request against the largest a resource supports.
@@ -305,6 +313,9 @@ impl<R: DeviceMemoryResource + ?Sized> DeviceMemoryResource for Arc<R> {
     }
     fn driver(&self) -> &dyn Driver {
         (**self).driver()
+    }
+    fn driver_backed(&self) -> bool {
+        (**self).driver_backed()
     }
 }
 

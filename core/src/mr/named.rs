@@ -1,6 +1,10 @@
 //! The resource chains emm names: one place that turns `pool` or `arena` into a chain, shared
 //! by the built-in managers (`EMM_MEMORY_MANAGER=pool`), `emm bench`, `emm replay` and
 //! `reinitialize`.
+//!
+//! Their pools take chunks from `cuMemAlloc` (`Backing::Chunks`), not an expandable segment:
+//! the managers built on these chains export memory with `cuIpcGetMemHandle`, which takes
+//! `cuMemAlloc` memory only.
 
 use std::sync::Arc;
 
@@ -18,7 +22,7 @@ pub const BINNING_RANGE: (u32, u32) = (8, 20);
 pub const NAMED_RESOURCES: &[(&str, &str)] = &[
     (
         "pool",
-        "PoolResource over CudaResource: coalescing TLSF pool, no preallocation",
+        "PoolResource over CudaResource: coalescing TLSF pool of cuMemAlloc chunks, no preallocation",
     ),
     (
         "arena",
@@ -46,11 +50,12 @@ type Shared = Arc<dyn Driver>;
 /// resources' own errors (e.g. creating the driver pool of `async`).
 pub fn build(name: &str, driver: Shared) -> MrResult<Arc<dyn DeviceMemoryResource>> {
     let cuda = || CudaResource::<Shared>::new(Arc::clone(&driver));
+    let pool = || PoolResource::chunked(cuda());
     Ok(match name {
-        "pool" => Arc::new(PoolResource::new(cuda())),
+        "pool" => Arc::new(pool()),
         "arena" => Arc::new(ArenaResource::new(cuda())),
         "binning" => Arc::new(BinningResource::with_range(
-            PoolResource::new(cuda()),
+            pool(),
             BINNING_RANGE.0,
             BINNING_RANGE.1,
         )?),

@@ -1,18 +1,25 @@
 //! [`PoolResource`]: a coalescing suballocator over an upstream resource, with per-stream free
 //! lists and constant-time allocation (two-level segregated fit).
 //!
-//! - **What it does**: takes chunks from its upstream and carves them into blocks. Free blocks
-//!   live in two-level segregated fit (TLSF) lists — a power-of-two level and 32 linear classes
-//!   inside each — with bitmaps saying which classes are non-empty, so finding a block is two
+//! - **What it does**: carves blocks out of memory it takes in one of two ways ([`Backing`]).
+//!   By default, over a driver-backed upstream (`CudaResource`) on a driver with virtual
+//!   memory management, it reserves one virtual address range the size of the device and maps
+//!   physical memory at its end as it grows, one granule (2 MiB) per handle — an expandable
+//!   segment, as PyTorch's `expandable_segments` — so free blocks merge across every
+//!   boundary and the free end of the range (the *wilderness*) serves a request only when no
+//!   block below it fits. Otherwise it takes chunks from its upstream, sized by its [`Growth`]
+//!   policy (default: the request, rounded to 2 MiB); before growing it gives back wholly free
+//!   chunks if it would otherwise hold more than 1.05 × its live bytes. Free blocks live in
+//!   two-level segregated fit (TLSF) lists — a power-of-two level and 32 linear classes inside
+//!   each — with bitmaps saying which classes are non-empty, so finding a block is two
 //!   find-first-set instructions however many blocks are free (RMM's pool walks an
 //!   address-ordered list: O(free blocks)). A search looks at the first four blocks of the
 //!   request's own class (the tightest fits), then takes the head of the smallest class whose
 //!   blocks all fit. Freed blocks merge with free neighbours at once. When nothing fits, the
-//!   pool first takes memory another stream freed (see below), then grows by a chunk sized by
-//!   its [`Growth`] policy (default: the request, rounded to 2 MiB), up to an optional
-//!   maximum; before growing it gives back its wholly free chunks if it would otherwise hold
-//!   more than 1.05 × its live bytes, and when the upstream is out of memory it gives them
-//!   back and tries once more. [`PoolResource::release`] gives back every wholly free chunk.
+//!   pool first takes memory another stream freed (see below), then grows, up to an optional
+//!   maximum; when the device is out of memory it gathers every stream's free memory and tries
+//!   once more with exactly the request. [`PoolResource::release`] gives back every wholly
+//!   free chunk, or unmaps every wholly free granule at the end of the segment.
 //! - **Thread safety**: `Send + Sync`. One mutex guards the pool; the critical section of an
 //!   allocation or a free is a few dozen instructions and makes no driver call.
 //! - **Streams**: each stream has its own free lists. Memory freed on stream A is reused on A
@@ -20,14 +27,18 @@
 //!   allocation on B finds nothing in B's lists and takes A's, the pool records its cached
 //!   event for A and makes B wait on it, then moves all of A's free blocks to B. The event
 //!   recorded late still follows every free on A, so the order is as safe and the
-//!   single-stream path never calls the driver.
-//! - **Clone and ownership**: not `Clone`; owns its upstream by value and gives every chunk
-//!   back to it when dropped (memory still handed out becomes invalid then, as in RMM). Share
-//!   a pool through an `Arc`.
+//!   single-stream path never calls the driver. Unmapping is not stream-ordered, so the pool
+//!   synchronizes the context before it unmaps.
+//! - **Clone and ownership**: not `Clone`; owns its upstream by value and gives all its memory
+//!   back when dropped (memory still handed out becomes invalid then, as in RMM). Share a pool
+//!   through an `Arc`.
 //! - **Use and cost**: the general-purpose suballocator. Allocation and free are O(1) and
 //!   allocate on the host only to grow their tables (amortized) and on a stream's first use
-//!   (35–45 ns per operation on W1, W2, W3 here: README, "Figures"); growth costs one upstream
-//!   call. Memory held at peak measured 1.08–1.11 × peak live bytes without preallocation.
+//!   (33–42 ns per operation on W1, W2, W3 here: README, "Figures"); growth costs one upstream
+//!   call, or two driver calls per granule mapped and one more. Memory held at peak measured
+//!   1.06–1.08 × peak live bytes on W1, W2, W3 without preallocation (1.08–1.11 with chunks).
+//!   The segment's memory cannot be exported with `cuIpcGetMemHandle`: the pools of the
+//!   built-in managers, which export memory, use [`Backing::Chunks`].
 //!
 //! Zero-byte requests return `DevicePtr::NULL` and never reach the lists; sizes are rounded up
 //! to 256 bytes, the alignment of every block. Alignments above 256 are refused with
@@ -39,8 +50,10 @@ use crate::attribution::CallerScope;
 use crate::driver::{DevicePtr, Driver, MemInfo, StreamId};
 use crate::mr::detail::growth::{chunk_size, should_trim};
 use crate::mr::detail::heap::{round_to_granule, CoalescingHeap, FreeError};
+use crate::mr::detail::segment::PoolParts;
+use crate::mr::detail::source::Source;
 use crate::mr::detail::stream_order::StreamOrder;
-use crate::mr::pool_options::{Growth, PoolOptions};
+use crate::mr::pool_options::{Backing, Growth, PoolOptions};
 use crate::mr::{assert_resource, DeviceMemoryResource, MrError, MrResult};
 
 const NAME: &str = "PoolResource";
@@ -50,6 +63,7 @@ const NAME: &str = "PoolResource";
 struct PoolState {
     heap: CoalescingHeap,
     order: StreamOrder,
+    source: Source,
 }
 
 /// A coalescing TLSF suballocator with per-stream free lists over an upstream resource.
@@ -78,6 +92,16 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
         PoolResource {
             upstream,
             options: PoolOptions::default(),
+            state: Mutex::new(PoolState::default()),
+        }
+    }
+
+    /// A pool over `upstream` that takes chunks from it ([`Backing::Chunks`]) and starts empty:
+    /// for resources whose memory must stay `cuMemAlloc` memory (exportable over IPC).
+    pub(crate) fn chunked(upstream: Up) -> Self {
+        PoolResource {
+            upstream,
+            options: PoolOptions::default().backing(Backing::Chunks),
             state: Mutex::new(PoolState::default()),
         }
     }
@@ -112,10 +136,20 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
                 requested: options.initial_size,
                 available: None,
             })?;
-            let base = pool.upstream_allocate(size, StreamId::DEFAULT)?;
             let mut st = pool.lock();
-            let slot = st.heap.slot(StreamId::DEFAULT);
-            st.heap.add_chunk(slot, base.0, size);
+            pool.decide_source(&mut st);
+            if matches!(st.source, Source::Segment(_)) {
+                // Grow by the initial size, then hand the block back: it stays mapped.
+                let p = pool.grow(&mut st, size, size, StreamId::DEFAULT)?;
+                let slot = st.heap.slot(StreamId::DEFAULT);
+                st.heap
+                    .deallocate(p.0, size, slot)
+                    .map_err(|e| invalid_free(p, size as usize, e))?;
+            } else {
+                let base = pool.upstream_allocate(size, StreamId::DEFAULT)?;
+                let slot = st.heap.slot(StreamId::DEFAULT);
+                st.heap.add_chunk(slot, base.0, size);
+            }
         }
         Ok(pool)
     }
@@ -145,33 +179,58 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
         self.lock().heap.live_count()
     }
 
-    /// Gives every fully free upstream chunk back to the upstream and returns the bytes given.
-    /// Blocks freed on several streams are coalesced first, after a context synchronize.
+    /// Gives every fully free upstream chunk back to the upstream — or, from an expandable
+    /// segment, unmaps and releases every wholly free granule at its end — and returns the
+    /// bytes given. Blocks freed on several streams are coalesced first, after a context
+    /// synchronize.
     ///
     /// # Errors
     ///
-    /// The first upstream error; chunks the upstream refused are forgotten (they were free).
+    /// The first upstream or driver error; chunks the upstream refused are forgotten (they
+    /// were free).
     ///
     /// # Time complexity
     ///
-    /// O(chunks + free blocks) plus one upstream call per chunk given back, and a context
-    /// synchronize when free blocks sit on more than one stream.
+    /// O(chunks + free blocks) plus one upstream call per chunk given back (two driver calls
+    /// per granule from a segment), and a context synchronize when free blocks sit on more
+    /// than one stream or a segment unmaps.
     pub fn release(&self) -> MrResult<u64> {
         let mut st = self.lock();
         self.release_all_free(&mut st)
     }
 
-    /// Gives back every wholly free chunk, also those whose blocks were freed on several
-    /// streams: when free blocks sit in more than one stream's lists, waits for the device so
-    /// that every stream's frees are complete, and coalesces them all on the default stream.
+    /// Gives back every wholly free chunk (or, from a segment, every wholly free granule at its
+    /// end), also those whose blocks were freed on several streams: when free blocks sit in
+    /// more than one stream's lists, waits for the device so that every stream's frees are
+    /// complete, and coalesces them all on the default stream.
     fn release_all_free(&self, st: &mut PoolState) -> MrResult<u64> {
+        let _scope = CallerScope::enter(NAME);
+        let driver = self.upstream.driver();
+        let mut synchronized = false;
         if st.heap.slots_with_free_blocks() > 1 {
-            let _scope = CallerScope::enter(NAME);
-            self.upstream.driver().context_synchronize()?;
+            driver.context_synchronize()?;
+            synchronized = true;
             let slot = st.heap.slot(StreamId::DEFAULT);
             st.heap.unify(slot);
         }
-        self.release_free_chunks(st)
+        match st.source {
+            Source::Segment(_) => {
+                Ok(st
+                    .source
+                    .release_segment_tail(&mut st.heap, driver, synchronized)?)
+            }
+            Source::Chunks | Source::Undecided => self.release_free_chunks(st),
+        }
+    }
+
+    /// Chooses where memory comes from, once (see [`Backing`]).
+    fn decide_source(&self, st: &mut PoolState) {
+        let _scope = CallerScope::enter(NAME);
+        let driver_backed = self.upstream.driver_backed();
+        let (wanted, max) = (self.options.backing, self.options.maximum_size);
+        let driver = self.upstream.driver();
+        st.source
+            .decide(&mut st.heap, wanted, driver_backed, driver, max);
     }
 
     fn release_free_chunks(&self, st: &mut PoolState) -> MrResult<u64> {
@@ -226,6 +285,10 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
         stream: StreamId,
     ) -> MrResult<DevicePtr> {
         let slot = st.heap.slot(stream);
+        // The end of an expandable segment, kept for what nothing below it fits.
+        if let Some(p) = st.heap.allocate_wild(slot, size, bytes) {
+            return Ok(DevicePtr(p));
+        }
         if let Some(other) = st.heap.find_elsewhere(slot, size) {
             let source = st.heap.stream_of(other);
             {
@@ -240,7 +303,8 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
         self.grow(st, size, bytes, stream)
     }
 
-    /// Takes a chunk for a request of `size` bytes from upstream and serves the request from it.
+    /// Takes memory for a request of `size` bytes — a chunk from upstream, or more of the
+    /// segment — and serves the request from it.
     fn grow(
         &self,
         st: &mut PoolState,
@@ -248,7 +312,26 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
         bytes: u64,
         stream: StreamId,
     ) -> MrResult<DevicePtr> {
+        self.decide_source(st);
         let held = st.heap.held();
+        if let PoolState {
+            heap,
+            order,
+            source: Source::Segment(seg),
+        } = st
+        {
+            let _scope = CallerScope::enter(NAME);
+            let parts = PoolParts {
+                heap,
+                order,
+                driver: self.upstream.driver(),
+                growth: self.options.growth,
+                room: self.options.maximum_size.map(|m| m.saturating_sub(held)),
+            };
+            return seg
+                .allocate_growing(parts, NAME, size, bytes, stream)
+                .map(DevicePtr);
+        }
         // Chunks are whole granules, so the room left under the maximum is counted in them.
         let room = self
             .options
@@ -404,7 +487,11 @@ impl<Up: DeviceMemoryResource> Drop for PoolResource<Up> {
     fn drop(&mut self) {
         let st = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
         let _scope = CallerScope::enter(NAME);
-        st.order.destroy(self.upstream.driver());
+        let driver = self.upstream.driver();
+        st.order.destroy(driver);
+        if st.source.destroy_segment(&mut st.heap, driver) {
+            return;
+        }
         let chunks = st.heap.take_all_chunks();
         for (chunk, stream) in chunks {
             // Errors have no caller to go to; a chunk the upstream refuses stays with it.
@@ -423,6 +510,7 @@ impl<Up: DeviceMemoryResource> std::fmt::Debug for PoolResource<Up> {
             .field("free_blocks", &st.heap.free_blocks())
             .field("live", &st.heap.live_count())
             .field("chunks", &st.heap.chunks().len())
+            .field("backing", &st.source.backing())
             .field("events", &st.order.events())
             .finish()
     }
@@ -448,6 +536,13 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
     /// The growth policy in force.
     pub fn growth(&self) -> Growth {
         self.options.growth
+    }
+
+    /// Where the pool's memory comes from: `None` until it first takes memory, then
+    /// [`Backing::Expandable`] when it took an expandable segment from the driver, or
+    /// [`Backing::Chunks`].
+    pub fn backing(&self) -> Option<Backing> {
+        self.lock().source.backing()
     }
 }
 

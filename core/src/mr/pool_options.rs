@@ -1,4 +1,5 @@
-//! [`PoolOptions`] and [`Growth`]: how a `PoolResource` is sized.
+//! [`PoolOptions`], [`Growth`] and [`Backing`]: how a `PoolResource` is sized and where its
+//! memory comes from.
 
 /// How much a pool asks its upstream for when no free block fits a request. Chunks are always
 /// rounded up to 2 MiB (the driver's large-page granularity) and never smaller than the request.
@@ -20,7 +21,24 @@ pub enum Growth {
     },
 }
 
-/// The sizing of a `PoolResource`: initial size, maximum size, growth policy.
+/// Where a pool's memory comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Backing {
+    /// One reserved virtual address range grown by mapping physical memory at its end, and
+    /// shrunk by unmapping wholly free granules there (an expandable segment, as PyTorch's
+    /// `expandable_segments`): blocks coalesce across what would be chunk boundaries. Taken
+    /// from the driver directly (`cuMemAddressReserve`, `cuMemCreate`, `cuMemMap`), so only
+    /// over an upstream that is driver-backed
+    /// ([`DeviceMemoryResource::driver_backed`](crate::mr::DeviceMemoryResource::driver_backed))
+    /// and a driver with virtual memory management; otherwise the pool uses
+    /// [`Backing::Chunks`]. Its memory cannot be exported with `cuIpcGetMemHandle`.
+    Expandable,
+    /// Chunks allocated from the upstream resource, one per growth, each given back whole.
+    Chunks,
+}
+
+/// The sizing of a `PoolResource`: initial size, maximum size, growth policy, backing.
 ///
 /// # Examples
 ///
@@ -31,6 +49,7 @@ pub enum Growth {
 /// assert_eq!(o.initial_size, 1 << 30);
 /// assert_eq!(o.maximum_size, Some(4 << 30));
 /// assert_eq!(o.growth, PoolOptions::DEFAULT_GROWTH);
+/// assert_eq!(o.backing, PoolOptions::DEFAULT_BACKING);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PoolOptions {
@@ -40,11 +59,16 @@ pub struct PoolOptions {
     pub maximum_size: Option<u64>,
     /// How the pool grows.
     pub growth: Growth,
+    /// Where the pool's memory comes from.
+    pub backing: Backing,
 }
 
 impl PoolOptions {
     /// The default growth policy, chosen by measurement on W1, W2 and W3 (README, "Figures").
     pub const DEFAULT_GROWTH: Growth = Growth::Exact;
+
+    /// The default backing, chosen by measurement on W1, W2 and W3 (README, "Figures").
+    pub const DEFAULT_BACKING: Backing = Backing::Expandable;
 
     /// Sets the bytes taken from upstream at construction.
     ///
@@ -69,6 +93,14 @@ impl PoolOptions {
         self.growth = growth;
         self
     }
+
+    /// Sets where the pool's memory comes from.
+    ///
+    /// Default: [`PoolOptions::DEFAULT_BACKING`].
+    pub fn backing(mut self, backing: Backing) -> Self {
+        self.backing = backing;
+        self
+    }
 }
 
 impl Default for PoolOptions {
@@ -77,6 +109,7 @@ impl Default for PoolOptions {
             initial_size: 0,
             maximum_size: None,
             growth: Self::DEFAULT_GROWTH,
+            backing: Self::DEFAULT_BACKING,
         }
     }
 }

@@ -8,6 +8,11 @@
 //! (merging with B's would hand B's memory to A unordered). [`CoalescingHeap::adopt`] moves a
 //! whole stream's free blocks to another once the caller has ordered the streams.
 //!
+//! Over an expandable segment (one chunk grown and shrunk at its end, `heap_tail`), the heap
+//! keeps the chunk's free last block out of the lists as the *wilderness*, used only when no
+//! listed block fits, as dlmalloc keeps its top chunk: so the segment grows only when nothing
+//! below its end fits, however much of it is free.
+//!
 //! The heap makes no driver calls: the resource owning it records events and talks to its
 //! upstream, so the heap stays a pure, testable data structure.
 
@@ -25,14 +30,14 @@ pub(crate) struct Chunk {
     /// Its size in bytes.
     pub size: u64,
     /// Its lowest block: never merged away, as merges keep the lower block.
-    first: u32,
+    pub(super) first: u32,
 }
 
 /// The free lists of one stream.
 #[derive(Debug, Clone)]
-struct StreamLists {
+pub(super) struct StreamLists {
     stream: StreamId,
-    index: TlsfIndex,
+    pub(super) index: TlsfIndex,
 }
 
 /// Why the heap refused a free; nothing was changed.
@@ -73,14 +78,18 @@ pub(crate) fn round_to_granule(bytes: u64) -> Option<u64> {
 /// A coalescing suballocator with per-stream TLSF free lists.
 #[derive(Debug, Default)]
 pub(crate) struct CoalescingHeap {
-    slab: BlockSlab,
-    lists: Vec<StreamLists>,
-    live: AddrMap,
-    chunks: Vec<Chunk>,
-    held: u64,
-    live_count: usize,
+    pub(super) slab: BlockSlab,
+    pub(super) lists: Vec<StreamLists>,
+    pub(super) live: AddrMap,
+    pub(super) chunks: Vec<Chunk>,
+    pub(super) held: u64,
+    pub(super) live_count: usize,
     /// Bytes in live blocks (granule-rounded).
-    live_bytes: u64,
+    pub(super) live_bytes: u64,
+    /// Whether the free last block of a chunk is kept as the wilderness (`heap_tail`).
+    pub(super) wilderness: bool,
+    /// The wilderness: a free last block, in no list.
+    pub(super) wild: Option<u32>,
 }
 
 impl CoalescingHeap {
@@ -91,7 +100,8 @@ impl CoalescingHeap {
 
     /// Bytes in free blocks, all streams together.
     pub(crate) fn free_bytes(&self) -> u64 {
-        self.lists.iter().map(|l| l.index.free_bytes()).sum()
+        let wild = self.wild.map_or(0, |w| self.slab.get(w).size);
+        wild + self.lists.iter().map(|l| l.index.free_bytes()).sum::<u64>()
     }
 
     /// Bytes in live blocks (granule-rounded).
@@ -106,7 +116,12 @@ impl CoalescingHeap {
 
     /// Number of free blocks, all streams together.
     pub(crate) fn free_blocks(&self) -> usize {
-        self.lists.iter().map(|l| l.index.free_blocks()).sum()
+        usize::from(self.wild.is_some())
+            + self
+                .lists
+                .iter()
+                .map(|l| l.index.free_blocks())
+                .sum::<usize>()
     }
 
     /// The chunks held.
@@ -213,6 +228,12 @@ impl CoalescingHeap {
     ///
     /// O(free blocks of `from`).
     pub(crate) fn adopt(&mut self, to: usize, from: usize) {
+        if self
+            .wild
+            .is_some_and(|w| self.slab.get(w).owner == from as u32)
+        {
+            self.take_wild(to);
+        }
         let mut moved = Vec::with_capacity(self.lists[from].index.free_blocks());
         self.lists[from].index.collect(self.slab.all(), &mut moved);
         for i in moved {
@@ -228,8 +249,9 @@ impl CoalescingHeap {
     ///
     /// O(free blocks).
     pub(crate) fn unify(&mut self, to: usize) {
+        let wild = self.wild.map(|w| self.slab.get(w).owner as usize);
         for from in 0..self.lists.len() {
-            if from != to && self.lists[from].index.free_blocks() > 0 {
+            if from != to && (self.lists[from].index.free_blocks() > 0 || wild == Some(from)) {
                 self.adopt(to, from);
             }
         }
@@ -237,9 +259,11 @@ impl CoalescingHeap {
 
     /// How many streams' lists hold a free block.
     pub(crate) fn slots_with_free_blocks(&self) -> usize {
+        let wild = self.wild.map(|w| self.slab.get(w).owner as usize);
         self.lists
             .iter()
-            .filter(|l| l.index.free_blocks() > 0)
+            .enumerate()
+            .filter(|&(slot, l)| l.index.free_blocks() > 0 || wild == Some(slot))
             .count()
     }
 
@@ -260,7 +284,12 @@ impl CoalescingHeap {
             next_free: NIL,
             owner: slot as u32,
         });
-        self.lists[slot].index.insert(self.slab.all_mut(), i);
+        if self.wilderness {
+            debug_assert!(self.chunks.is_empty(), "a segment is one chunk");
+            self.wild = Some(i);
+        } else {
+            self.lists[slot].index.insert(self.slab.all_mut(), i);
+        }
         self.chunks.push(Chunk {
             base,
             size,
@@ -303,10 +332,10 @@ impl CoalescingHeap {
         Ok((size, merged.prev_phys == NIL && merged.next_phys == NIL))
     }
 
-    /// Marks block `i` free in `slot`, merges it with same-slot free neighbours, and files it;
-    /// returns the merged block.
+    /// Marks block `i` free in `slot`, merges it with same-slot free neighbours, and files it
+    /// (or makes it the wilderness when it ends up last); returns the merged block.
     #[inline]
-    fn file_free(&mut self, slot: usize, mut i: u32) -> u32 {
+    pub(super) fn file_free(&mut self, slot: usize, mut i: u32) -> u32 {
         let owner = slot as u32;
         let (prev, next) = {
             let b = self.slab.get_mut(i);
@@ -314,8 +343,13 @@ impl CoalescingHeap {
             b.requested = 0;
             (b.prev_phys, b.next_phys)
         };
+        let mut wild = self.wilderness && next == NIL;
         if next != NIL && self.slab.get(next).owner == owner {
-            self.lists[slot].index.remove(self.slab.all_mut(), next);
+            if self.wild == Some(next) {
+                wild = true;
+            } else {
+                self.lists[slot].index.remove(self.slab.all_mut(), next);
+            }
             self.absorb_next(i, next);
         }
         if prev != NIL && self.slab.get(prev).owner == owner {
@@ -323,13 +357,17 @@ impl CoalescingHeap {
             self.absorb_next(prev, i);
             i = prev;
         }
-        self.lists[slot].index.insert(self.slab.all_mut(), i);
+        if wild {
+            self.wild = Some(i);
+        } else {
+            self.lists[slot].index.insert(self.slab.all_mut(), i);
+        }
         i
     }
 
     /// Merges block `hi` (the physical successor of `lo`) into `lo` and drops `hi`'s record.
     #[inline]
-    fn absorb_next(&mut self, lo: u32, hi: u32) {
+    pub(super) fn absorb_next(&mut self, lo: u32, hi: u32) {
         let Block {
             size, next_phys, ..
         } = *self.slab.get(hi);
@@ -351,6 +389,10 @@ impl CoalescingHeap {
     /// O(chunks).
     pub(crate) fn take_free_chunks(&mut self, mut keep: usize) -> Vec<(Chunk, StreamId)> {
         let mut out = Vec::new();
+        if self.wilderness {
+            // A segment's memory goes back through `heap_tail`, never as chunks.
+            return out;
+        }
         let mut k = 0;
         while k < self.chunks.len() {
             let c = self.chunks[k];
@@ -401,6 +443,10 @@ impl CoalescingHeap {
     /// chunks with the stream to free each on: the owning stream's for a fully free chunk,
     /// `None` for one that still had live blocks.
     pub(crate) fn take_all_chunks(&mut self) -> Vec<(Chunk, Option<StreamId>)> {
+        debug_assert!(
+            !self.wilderness,
+            "a segment is given back whole by its owner"
+        );
         let free = self.take_free_chunks(0);
         let mut out: Vec<(Chunk, Option<StreamId>)> =
             free.into_iter().map(|(c, s)| (c, Some(s))).collect();
@@ -478,6 +524,16 @@ impl CoalescingHeap {
                 n
             })
             .sum::<usize>();
+        if let Some(w) = self.wild {
+            let b = &blocks[w as usize];
+            if !b.is_free() || b.next_phys != NIL || filed.contains(&w) {
+                return Err(format!(
+                    "the wilderness at {:#x} is not a free, unlisted last block",
+                    b.addr
+                ));
+            }
+        }
+        let free_in_chunks = free_in_chunks - usize::from(self.wild.is_some());
         if filed.len() != free_in_chunks {
             return Err(format!(
                 "{} blocks filed, {free_in_chunks} free in chunks",

@@ -4,12 +4,18 @@
 //! - [`block`]: host-side records of device memory blocks, in a slab.
 //! - [`tlsf`]: two-level segregated fit free lists with constant-time search.
 //! - [`heap`]: a coalescing suballocator over upstream chunks with per-stream TLSF lists.
+//! - [`heap_tail`]: the heap's chunk as an expandable segment: its wilderness, growth and cuts.
 //! - [`stream_order`]: ordering one stream after another with a cached event, lazily.
 //! - [`growth`]: how much a pool asks its upstream for when it must grow.
+//! - [`segment`]: an expandable segment: one reserved range grown by mapping memory at its end.
+//! - [`source`]: where a pool's memory comes from: chunks or a segment.
 
 pub(crate) mod addr_map;
 pub(crate) mod block;
 pub(crate) mod growth;
 pub(crate) mod heap;
+pub(crate) mod heap_tail;
+pub(crate) mod segment;
+pub(crate) mod source;
 pub(crate) mod stream_order;
 pub(crate) mod tlsf;

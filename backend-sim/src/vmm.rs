@@ -1,0 +1,391 @@
+//! Virtual memory management: address reservations, physical memory, mappings and access
+//! (`cuMemAddressReserve`, `cuMemCreate`, `cuMemMap`, `cuMemSetAccess`, `cuMemUnmap`,
+//! `cuMemRelease`, `cuMemAddressFree`).
+//!
+//! A reservation is an allocation of kind `Kind::Reserved` spanning its whole range, so the
+//! checks every access goes through — bounds, use after free, races — treat it as one
+//! allocation, and an access may run from one mapping into the next as on a GPU. `reservation`
+//! then requires every byte an access touches to be mapped with access granted: a byte that
+//! was unmapped is a use after free, one never mapped is out of bounds.
+//!
+//! Physical memory counts against its device from `cuMemCreate` to `cuMemRelease`. Its bytes
+//! live at its mapping's addresses while mapped and move to a store of their own while not, so
+//! they survive being mapped again elsewhere. A handle has at most one mapping at a time: CUDA
+//! allows aliases, emm never makes them, and the simulator refuses them rather than model them.
+//!
+//! Misuse is refused with the error CUDA gives (or, where CUDA would defer or guess, with
+//! `ILLEGAL_STATE`) and recorded as a violation: releasing mapped memory, freeing a reservation
+//! with mappings, unmapping what is not mapped. `cuMemUnmap` is not stream-ordered, so an
+//! unmap is a host write to the range: stream work on it the host has not waited for is a race.
+
+use emm_core::units::Bytes;
+use emm_core::{CudaCode, DeviceId, DriverResult};
+
+use crate::report::Violation;
+use crate::reservation::Mapping;
+use crate::state::{
+    round_up, Kind, State, Who, IPC_VA, PHYS_STORE, RESERVE_SPAN, RESERVE_VA, VA_SPAN,
+};
+
+/// Physical memory from `cuMemCreate`.
+#[derive(Debug)]
+pub(crate) struct Phys {
+    pub(crate) size: u64,
+    pub(crate) device: u32,
+    pub(crate) process: u32,
+    pub(crate) caller: &'static str,
+    /// Where its bytes are kept while it is not mapped.
+    store: u64,
+    /// The address of its one mapping, if mapped.
+    pub(crate) mapped_at: Option<u64>,
+}
+
+impl State {
+    /// The allocation granularity, or `NOT_SUPPORTED` when the machine has no virtual memory
+    /// management.
+    fn granularity(&self) -> DriverResult<u64> {
+        if self.cfg.virtual_memory_management {
+            Ok(self.cfg.vmm_granularity)
+        } else {
+            Err(self.err(
+                CudaCode::NOT_SUPPORTED,
+                "this simulated device has no virtual memory management; use cuMemAlloc",
+            ))
+        }
+    }
+
+    /// Checks that `n` bytes (what `what` names) are a positive multiple of the granularity.
+    fn granules(&self, n: u64, what: &str) -> DriverResult<u64> {
+        let g = self.granularity()?;
+        if n == 0 || n % g != 0 {
+            return Err(self.err(
+                CudaCode::INVALID_VALUE,
+                format!(
+                    "{what} is {n} bytes; it must be a positive multiple of the allocation \
+                     granularity, {}: round it up",
+                    Bytes(g)
+                ),
+            ));
+        }
+        Ok(n / g)
+    }
+
+    pub(crate) fn mem_get_allocation_granularity(
+        &mut self,
+        p: u32,
+        device: DeviceId,
+    ) -> DriverResult<u64> {
+        self.charge(p, self.cfg.costs.call_ns);
+        self.device(device)?;
+        self.granularity()
+    }
+
+    pub(crate) fn mem_address_reserve(
+        &mut self,
+        p: u32,
+        size: u64,
+        alignment: u64,
+    ) -> DriverResult<u64> {
+        self.granules(size, "the reservation")?;
+        let g = self.cfg.vmm_granularity;
+        if alignment != 0 && !alignment.is_power_of_two() {
+            return Err(self.err(
+                CudaCode::INVALID_VALUE,
+                format!("alignment {alignment} is not a power of two (or 0 for the default)"),
+            ));
+        }
+        let base = round_up(self.reserve_va_next, alignment.max(g));
+        // A gap of one granule after each reservation, so that an overrun lands nowhere.
+        let end = base.and_then(|b| b.checked_add(size)?.checked_add(g));
+        let (base, end) = match (base, end) {
+            (Some(b), Some(e)) if e - RESERVE_VA <= RESERVE_SPAN => (b, e),
+            _ => {
+                return Err(self.err(
+                    CudaCode::OUT_OF_MEMORY,
+                    format!(
+                        "cannot reserve {}: the simulator's {} of reservable address space is \
+                         used up (it never reuses addresses); create a new SimDriver",
+                        Bytes(size),
+                        Bytes(RESERVE_SPAN)
+                    ),
+                ))
+            }
+        };
+        self.reserve_va_next = end;
+        self.insert_alloc(base, size, 0, Kind::Reserved(Box::default()), p);
+        self.charge(p, self.cfg.costs.vmm_reserve_ns);
+        Ok(base)
+    }
+
+    pub(crate) fn mem_address_free(&mut self, p: u32, ptr: u64, size: u64) -> DriverResult<()> {
+        let (reserved, mapped) = match self.allocs.get(&ptr) {
+            Some(a) if a.process == p => match &a.kind {
+                Kind::Reserved(r) => (a.size, r.mappings.iter().next().map(|(&b, m)| (b, m.size))),
+                _ => return Err(self.bad_free(p, ptr, "an address reservation")),
+            },
+            _ => return Err(self.bad_free(p, ptr, "an address reservation")),
+        };
+        if size != reserved {
+            return Err(self.err(
+                CudaCode::INVALID_VALUE,
+                format!("{ptr:#x} was reserved with {reserved} bytes, not {size}"),
+            ));
+        }
+        if let Some((at, n)) = mapped {
+            let why = format!("{} is still mapped at {at:#x}; unmap it first", Bytes(n));
+            return Err(self.refuse(ptr, why));
+        }
+        self.allocs.remove(&ptr);
+        self.retire(ptr, size);
+        self.charge(p, self.cfg.costs.vmm_reserve_ns);
+        Ok(())
+    }
+
+    pub(crate) fn mem_create(&mut self, p: u32, size: u64, device: DeviceId) -> DriverResult<u64> {
+        let d = self.device(device)?;
+        let granules = self.granules(size, "the physical allocation")?;
+        self.reserve_device(d, size)
+            .map_err(|avail| self.oom(d, size, avail))?;
+        let store = self.phys_store_next;
+        self.phys_store_next += size;
+        let handle = self.handle();
+        let phys = Phys {
+            size,
+            device: d,
+            process: p,
+            caller: self.caller,
+            store,
+            mapped_at: None,
+        };
+        self.phys.insert(handle, phys);
+        self.charge(p, self.cfg.costs.vmm_create_ns(granules));
+        Ok(handle)
+    }
+
+    /// The live physical memory `handle` of process `p`.
+    fn phys_of(&self, p: u32, handle: u64) -> DriverResult<&Phys> {
+        match self.phys.get(&handle) {
+            Some(ph) if ph.process == p => Ok(ph),
+            _ => Err(self.err(
+                CudaCode::INVALID_VALUE,
+                format!(
+                    "phys:{handle:#x} is not live physical memory of this process (released \
+                     already, or never created)"
+                ),
+            )),
+        }
+    }
+
+    pub(crate) fn mem_release(&mut self, p: u32, handle: u64) -> DriverResult<()> {
+        let (size, device, store, mapped_at) = match self.phys_of(p, handle) {
+            Ok(ph) => (ph.size, ph.device, ph.store, ph.mapped_at),
+            Err(e) => {
+                let (call, caller) = (self.call.name(), self.caller);
+                let why = "not live physical memory (double release, or a foreign handle)";
+                self.violate(Violation::InvalidFree {
+                    call,
+                    addr: handle,
+                    why: why.into(),
+                    caller,
+                });
+                return Err(e);
+            }
+        };
+        if let Some(at) = mapped_at {
+            let why = format!("phys:{handle:#x} is still mapped at {at:#x}; unmap it first");
+            return Err(self.refuse(handle, why));
+        }
+        self.phys.remove(&handle);
+        self.devices[device as usize].used -= size;
+        self.poison(store, size);
+        let granules = size / self.cfg.vmm_granularity;
+        self.charge(p, self.cfg.costs.vmm_create_ns(granules));
+        Ok(())
+    }
+
+    /// The reservation of process `p` holding `ptr..ptr + len` whole: its base.
+    fn reservation_of(&self, p: u32, ptr: u64, len: u64) -> DriverResult<u64> {
+        match self.containing(ptr) {
+            Some((base, a))
+                if a.process == p
+                    && matches!(a.kind, Kind::Reserved(_))
+                    && ptr.checked_add(len).is_some_and(|e| e <= base + a.size) =>
+            {
+                Ok(base)
+            }
+            _ => Err(self.err(
+                CudaCode::INVALID_VALUE,
+                format!(
+                    "{} at {ptr:#x} is not inside one address reservation of this process; \
+                     reserve it with cuMemAddressReserve",
+                    Bytes(len)
+                ),
+            )),
+        }
+    }
+
+    pub(crate) fn mem_map(&mut self, p: u32, ptr: u64, size: u64, handle: u64) -> DriverResult<()> {
+        self.granules(size, "the mapping")?;
+        if ptr % self.cfg.vmm_granularity != 0 {
+            return Err(self.err(
+                CudaCode::INVALID_VALUE,
+                format!("{ptr:#x} is not aligned to the allocation granularity"),
+            ));
+        }
+        let (phys_size, store, mapped_at) = {
+            let ph = self.phys_of(p, handle)?;
+            (ph.size, ph.store, ph.mapped_at)
+        };
+        if size > phys_size {
+            return Err(self.err(
+                CudaCode::INVALID_VALUE,
+                format!(
+                    "{} asked of phys:{handle:#x}, which has {}",
+                    Bytes(size),
+                    Bytes(phys_size)
+                ),
+            ));
+        }
+        if let Some(at) = mapped_at {
+            return Err(self.err(
+                CudaCode::NOT_SUPPORTED,
+                format!(
+                    "phys:{handle:#x} is already mapped at {at:#x}; the simulator keeps one \
+                     mapping per physical allocation (CUDA allows aliases, emm makes none)"
+                ),
+            ));
+        }
+        let base = self.reservation_of(p, ptr, size)?;
+        let end = ptr + size;
+        let clash = self.reservation(base).and_then(|r| r.overlapping(ptr, end));
+        if let Some(at) = clash {
+            return Err(self.err(
+                CudaCode::ALREADY_MAPPED,
+                format!(
+                    "{ptr:#x}..{end:#x} overlaps the mapping at {at:#x}; unmap that first \
+                     (double map)"
+                ),
+            ));
+        }
+        if let Some(r) = self.reservation_mut(base) {
+            r.mappings.insert(ptr, Mapping::new(size, handle));
+            r.forget_unmapped(ptr, end);
+        }
+        if let Some(ph) = self.phys.get_mut(&handle) {
+            ph.mapped_at = Some(ptr);
+        }
+        self.move_contents(store, ptr, size);
+        self.charge(p, self.cfg.costs.vmm_map_ns);
+        Ok(())
+    }
+
+    pub(crate) fn mem_unmap(&mut self, p: u32, ptr: u64, size: u64) -> DriverResult<()> {
+        let base = self.reservation_of(p, ptr, size.max(1))?;
+        let end = ptr + size;
+        let mut whole = Vec::new();
+        let gap = self.reservation(base).and_then(|r| {
+            r.first_gap(ptr, end, |b, m| whole.push((b, *m)))
+                .or_else(|| {
+                    // The range must hold whole mappings: none may start before it or end after.
+                    let (first, last) = (whole.first()?, whole.last()?);
+                    (first.0 != ptr || last.0 + last.1.size != end).then_some(first.0)
+                })
+        });
+        if size == 0 || gap.is_some() || whole.is_empty() {
+            let why = format!(
+                "{} at {ptr:#x} is not a run of whole mappings (unmap of an unmapped range, or \
+                 of part of a mapping)",
+                Bytes(size)
+            );
+            return Err(self.refuse_with(CudaCode::INVALID_VALUE, ptr, why));
+        }
+        // Not stream-ordered: the unmap is a host write to the range.
+        let (actor, epoch) = {
+            let pr = &mut self.processes[p as usize];
+            (pr.host_actor, pr.clock.tick(pr.host_actor))
+        };
+        self.check_races(base, ptr, end, actor, epoch, true, "cuMemUnmap", Who::Host);
+        for (at, m) in whole {
+            let store = self.phys.get_mut(&m.handle).map(|ph| {
+                ph.mapped_at = None;
+                ph.store
+            });
+            if let Some(store) = store {
+                self.move_contents(at, store, m.size);
+            }
+            if let Some(r) = self.reservation_mut(base) {
+                r.mappings.remove(&at);
+                r.record_unmapped(at, m.size);
+            }
+            self.charge(p, self.cfg.costs.vmm_unmap_ns);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn mem_set_access(
+        &mut self,
+        p: u32,
+        ptr: u64,
+        size: u64,
+        device: DeviceId,
+    ) -> DriverResult<()> {
+        let d = self.device(device)?;
+        let granules = self.granules(size, "the range")?;
+        let base = self.reservation_of(p, ptr, size)?;
+        let mut covered = Vec::new();
+        let gap = self
+            .reservation(base)
+            .and_then(|r| r.first_gap(ptr, ptr + size, |b, _| covered.push(b)));
+        if let Some(at) = gap {
+            return Err(self.err(
+                CudaCode::INVALID_VALUE,
+                format!("{at:#x} is not mapped; map the whole range before granting access"),
+            ));
+        }
+        if let Some(r) = self.reservation_mut(base) {
+            for b in covered {
+                r.grant(b, d);
+            }
+        }
+        self.charge(p, self.cfg.costs.vmm_set_access_ns(granules));
+        Ok(())
+    }
+
+    /// Moves the stored bytes of `len` bytes at `from` to `to` (both 4 KiB aligned).
+    fn move_contents(&mut self, from: u64, to: u64, len: u64) {
+        if !self.cfg.track_contents {
+            return;
+        }
+        let keys: Vec<u64> = self
+            .contents
+            .range(from..from + len)
+            .map(|(&k, _)| k)
+            .collect();
+        for k in keys {
+            if let Some(chunk) = self.contents.remove(&k) {
+                self.contents.insert(to + (k - from), chunk);
+            }
+        }
+    }
+
+    /// Refuses a misuse with `ILLEGAL_STATE`, recording it as an invalid free.
+    fn refuse(&mut self, addr: u64, why: String) -> emm_core::DriverError {
+        self.refuse_with(CudaCode::ILLEGAL_STATE, addr, why)
+    }
+
+    #[cold]
+    fn refuse_with(&mut self, code: CudaCode, addr: u64, why: String) -> emm_core::DriverError {
+        let (call, caller) = (self.call.name(), self.caller);
+        self.violate(Violation::InvalidFree {
+            call,
+            addr,
+            why: why.clone(),
+            caller,
+        });
+        self.err(code, why)
+    }
+}
+
+// The store of unmapped bytes and the reservations lie outside every device's range.
+const _: () =
+    assert!(PHYS_STORE >= RESERVE_VA + RESERVE_SPAN && RESERVE_VA >= IPC_VA + 16 * VA_SPAN);

@@ -1,0 +1,288 @@
+//! [`ExpandableSegment`]: one reserved virtual address range that a pool grows by mapping
+//! physical memory at its end and shrinks by unmapping wholly free granules there — an
+//! expandable segment, as PyTorch's `expandable_segments`.
+//!
+//! Chunks from an upstream are separate allocations: a free block at the end of one never
+//! merges with a free block at the start of the next, and that boundary is where a pool's
+//! memory beyond its live bytes goes (README, "Figures"). A segment is one range whose mapped
+//! prefix is one chunk of the [`CoalescingHeap`], extended in place, so every free neighbour
+//! merges. Physical memory comes one granule per handle (`cuMemCreate`), so the granules wholly
+//! inside a free tail can be given back one by one (`cuMemUnmap` takes whole mappings only).
+//!
+//! The segment makes the driver calls; the heap stays a pure data structure. Unmapping is not
+//! stream-ordered: the caller waits for the device before [`ExpandableSegment::release_free_tail`].
+
+use crate::driver::{DeviceId, Driver, PhysHandle, StreamId};
+use crate::error::{DriverError, DriverResult};
+use crate::mr::detail::heap::CoalescingHeap;
+use crate::mr::detail::stream_order::StreamOrder;
+use crate::mr::pool_options::Growth;
+use crate::mr::{MrError, MrResult};
+
+/// One reserved range, its mapped prefix and the physical memory behind it.
+#[derive(Debug)]
+pub(crate) struct ExpandableSegment {
+    device: DeviceId,
+    granularity: u64,
+    base: u64,
+    reserved: u64,
+    /// The physical memory mapped at `base`, one granule each, in address order.
+    handles: Vec<PhysHandle>,
+}
+
+/// Why a segment could not grow.
+#[derive(Debug)]
+pub(crate) enum GrowError {
+    /// The reservation or the pool's maximum leaves less room than the request needs.
+    NoRoom {
+        /// Bytes that could still be mapped.
+        room: u64,
+    },
+    /// The driver refused (out of memory, or another error).
+    Driver(DriverError),
+}
+
+impl ExpandableSegment {
+    /// Reserves `bytes` of address space (rounded up to the granularity) for the current
+    /// context's device, mapping nothing.
+    ///
+    /// # Errors
+    ///
+    /// The driver's: `NOT_SUPPORTED` where there is no virtual memory management.
+    pub(crate) fn reserve(driver: &dyn Driver, bytes: u64) -> DriverResult<Self> {
+        let device = driver.context_device(driver.current_context()?)?;
+        let granularity = driver.mem_get_allocation_granularity(device)? as u64;
+        let reserved = bytes.max(1).div_ceil(granularity) * granularity;
+        let base = driver.mem_address_reserve(reserved as usize, 0)?.0;
+        Ok(ExpandableSegment {
+            device,
+            granularity,
+            base,
+            reserved,
+            handles: Vec::new(),
+        })
+    }
+
+    /// Bytes mapped.
+    pub(crate) fn mapped(&self) -> u64 {
+        self.handles.len() as u64 * self.granularity
+    }
+
+    /// Grows the segment so that `slot`'s wilderness in `heap` holds at least `size` bytes:
+    /// maps what it lacks (at least what `growth` asks), within `room` bytes more. The heap's
+    /// one chunk is the segment's mapped prefix. On failure nothing is mapped that was not
+    /// before.
+    ///
+    /// # Errors
+    ///
+    /// [`GrowError::NoRoom`] when the request does not fit; [`GrowError::Driver`] when the
+    /// driver refuses (out of memory).
+    ///
+    /// # Time complexity
+    ///
+    /// O(1) (O(blocks of the segment) when its last block is live) plus two driver calls per
+    /// granule mapped and one more.
+    pub(crate) fn grow_for(
+        &mut self,
+        driver: &dyn Driver,
+        heap: &mut CoalescingHeap,
+        slot: usize,
+        size: u64,
+        growth: Growth,
+        room: Option<u64>,
+    ) -> Result<(), GrowError> {
+        let g = self.granularity;
+        let tail = heap
+            .wild()
+            .filter(|&(_, _, owner)| owner == slot)
+            .map_or(0, |(_, n, _)| n);
+        let held = self.mapped();
+        // Room is whole granules, so what fits rounds up within it (and cannot overflow).
+        let room = (self.reserved - held).min(room.map_or(u64::MAX, |r| r / g * g));
+        let lack = size.saturating_sub(tail).max(1);
+        if lack > room {
+            return Err(GrowError::NoRoom { room });
+        }
+        let want = match growth {
+            Growth::Exact => lack,
+            Growth::Fraction { divisor } => lack.max(held / divisor.max(1)),
+            Growth::Fixed { bytes } => lack.max(bytes),
+        };
+        let bytes = want.min(room).div_ceil(g) * g;
+        let start = self.map_more(driver, bytes).map_err(GrowError::Driver)?;
+        if heap.chunks().is_empty() {
+            heap.add_chunk(slot, start, bytes);
+        } else {
+            heap.extend_chunk(slot, bytes);
+        }
+        Ok(())
+    }
+
+    /// Maps `bytes` (a granule multiple) more at the end and grants the device access; returns
+    /// where the new memory starts. On failure unmaps and releases what it made.
+    fn map_more(&mut self, driver: &dyn Driver, bytes: u64) -> DriverResult<u64> {
+        let (g, start) = (self.granularity, self.base + self.mapped());
+        let before = self.handles.len();
+        let mut made = || -> DriverResult<()> {
+            for at in (start..start + bytes).step_by(g as usize) {
+                let h = driver.mem_create(g as usize, self.device)?;
+                if let Err(e) = driver.mem_map(crate::DevicePtr(at), g as usize, h) {
+                    let _ = driver.mem_release(h);
+                    return Err(e);
+                }
+                self.handles.push(h);
+            }
+            driver.mem_set_access(crate::DevicePtr(start), bytes as usize, self.device)
+        };
+        match made() {
+            Ok(()) => Ok(start),
+            Err(e) => {
+                // Nothing touched the new memory yet: no wait is needed before unmapping.
+                let _ = self.unmap_to(driver, before);
+                Err(e)
+            }
+        }
+    }
+
+    /// Unmaps and releases the handles past the first `keep`, last first.
+    fn unmap_to(&mut self, driver: &dyn Driver, keep: usize) -> DriverResult<()> {
+        let g = self.granularity;
+        while self.handles.len() > keep {
+            let at = self.base + (self.handles.len() as u64 - 1) * g;
+            driver.mem_unmap(crate::DevicePtr(at), g as usize)?;
+            if let Some(h) = self.handles.pop() {
+                // Unmapped memory the driver will not release is lost to the pool either way.
+                driver.mem_release(h)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Gives back the granules wholly inside the heap's wilderness (the free end of the segment)
+    /// and cuts the chunk to match; returns the bytes given back. The caller has waited for the device (an
+    /// unmap is not stream-ordered).
+    ///
+    /// # Errors
+    ///
+    /// The driver's first error; what was unmapped before it is cut from the heap.
+    ///
+    /// # Time complexity
+    ///
+    /// O(blocks of the segment) plus two driver calls per granule given back.
+    pub(crate) fn release_free_tail(
+        &mut self,
+        driver: &dyn Driver,
+        heap: &mut CoalescingHeap,
+    ) -> DriverResult<u64> {
+        let Some((addr, _, _)) = heap.wild() else {
+            return Ok(0);
+        };
+        let g = self.granularity;
+        let keep = (addr - self.base).div_ceil(g) as usize;
+        let before = self.mapped();
+        let r = self.unmap_to(driver, keep);
+        let end = self.base + self.mapped();
+        if end < self.base + before {
+            heap.cut_chunk(end);
+        }
+        r.map(|()| before - self.mapped())
+    }
+
+    /// Unmaps and releases everything and frees the reservation. The caller has waited for
+    /// the device and forgets the heap's blocks.
+    ///
+    /// # Errors
+    ///
+    /// The driver's first error; the rest is still attempted.
+    pub(crate) fn destroy(mut self, driver: &dyn Driver) -> DriverResult<()> {
+        let unmapped = self.unmap_to(driver, 0);
+        let freed = driver.mem_address_free(crate::DevicePtr(self.base), self.reserved as usize);
+        unmapped.and(freed)
+    }
+}
+
+/// What [`ExpandableSegment::allocate_growing`] needs of the pool around it.
+pub(crate) struct PoolParts<'a> {
+    /// The pool's blocks; chunk 0 is the segment's mapped prefix.
+    pub heap: &'a mut CoalescingHeap,
+    /// The pool's cached events, to order one stream after another.
+    pub order: &'a mut StreamOrder,
+    /// The driver the segment maps memory from.
+    pub driver: &'a dyn Driver,
+    /// The pool's growth policy.
+    pub growth: Growth,
+    /// Bytes the pool may still take under its maximum, if it has one.
+    pub room: Option<u64>,
+}
+
+impl ExpandableSegment {
+    /// Serves a request of `size` bytes (`requested` asked) on `stream`, for which no listed
+    /// block and not its own wilderness fit, by growing the segment: first takes the
+    /// wilderness another stream left (ordering `stream` after it), so that the growth merges
+    /// with it; when the device or the reservation is short, synchronizes, takes every
+    /// stream's free blocks, and grows by exactly what the request still lacks. Returns the
+    /// block's address.
+    ///
+    /// # Errors
+    ///
+    /// [`MrError::OutOfMemory`] when neither the device nor the reservation (or the pool's
+    /// maximum) has room; other driver errors.
+    pub(crate) fn allocate_growing(
+        &mut self,
+        parts: PoolParts<'_>,
+        resource: &'static str,
+        size: u64,
+        requested: u64,
+        stream: StreamId,
+    ) -> MrResult<u64> {
+        let PoolParts {
+            heap,
+            order,
+            driver,
+            growth,
+            room,
+        } = parts;
+        let slot = heap.slot(stream);
+        if let Some((_, _, owner)) = heap.wild() {
+            if owner != slot {
+                order.order(driver, heap.stream_of(owner), stream)?;
+                heap.take_wild(slot);
+            }
+        }
+        if let Some(p) = heap.allocate_wild(slot, size, requested) {
+            return Ok(p);
+        }
+        let oom = |available| MrError::OutOfMemory {
+            resource,
+            requested,
+            available,
+        };
+        let mut grown = self.grow_for(driver, heap, slot, size, growth, room);
+        let short = match &grown {
+            Err(GrowError::Driver(e)) => e.is_out_of_memory(),
+            Err(GrowError::NoRoom { .. }) => true,
+            Ok(()) => false,
+        };
+        if short {
+            if heap.slots_with_free_blocks() > 1 {
+                driver.context_synchronize()?;
+                heap.unify(slot);
+                let p = heap.allocate(slot, size, requested);
+                if let Some(p) = p.or_else(|| heap.allocate_wild(slot, size, requested)) {
+                    return Ok(p);
+                }
+            }
+            grown = self.grow_for(driver, heap, slot, size, Growth::Exact, room);
+        }
+        match grown {
+            Ok(()) => heap
+                .allocate_wild(slot, size, requested)
+                .ok_or_else(|| oom(None)),
+            Err(GrowError::NoRoom { room }) => Err(oom(Some(room))),
+            Err(GrowError::Driver(e)) if e.is_out_of_memory() => {
+                Err(oom(driver.mem_get_info().ok().map(|i| i.free)))
+            }
+            Err(GrowError::Driver(e)) => Err(MrError::Driver(e)),
+        }
+    }
+}

@@ -1,0 +1,103 @@
+//! [`Source`]: where a pool's memory comes from — chunks from its upstream, or one expandable
+//! segment from its upstream's driver — decided when it first takes memory.
+
+use crate::driver::Driver;
+use crate::error::DriverResult;
+use crate::mr::detail::heap::CoalescingHeap;
+use crate::mr::detail::segment::ExpandableSegment;
+use crate::mr::pool_options::Backing;
+
+/// Where a pool's memory comes from.
+#[derive(Debug, Default)]
+pub(crate) enum Source {
+    /// The pool has taken no memory yet.
+    #[default]
+    Undecided,
+    /// Chunks from the upstream resource.
+    Chunks,
+    /// One expandable segment from the upstream's driver.
+    Segment(ExpandableSegment),
+}
+
+impl Source {
+    /// The backing in force, once decided.
+    pub(crate) fn backing(&self) -> Option<Backing> {
+        match self {
+            Source::Undecided => None,
+            Source::Chunks => Some(Backing::Chunks),
+            Source::Segment(_) => Some(Backing::Expandable),
+        }
+    }
+
+    /// Decides, once: a segment when `wanted` is [`Backing::Expandable`], the upstream is
+    /// `driver_backed`, `heap` is empty and `driver` can reserve address space for the whole
+    /// device (or `maximum`, when smaller); chunks otherwise, also when a driver call fails.
+    pub(crate) fn decide(
+        &mut self,
+        heap: &mut CoalescingHeap,
+        wanted: Backing,
+        driver_backed: bool,
+        driver: &dyn Driver,
+        maximum: Option<u64>,
+    ) {
+        if !matches!(self, Source::Undecided) {
+            return;
+        }
+        *self = Source::Chunks;
+        if wanted != Backing::Expandable || !driver_backed || !heap.chunks().is_empty() {
+            return;
+        }
+        let Ok(info) = driver.mem_get_info() else {
+            return;
+        };
+        let span = maximum.map_or(info.total, |m| m.min(info.total));
+        if let Ok(seg) = ExpandableSegment::reserve(driver, span) {
+            heap.set_wilderness();
+            *self = Source::Segment(seg);
+        }
+    }
+
+    /// Gives back the wholly free granules at the end of a segment (nothing for chunks);
+    /// returns the bytes given back. `synchronized`: the caller already waited for the device.
+    ///
+    /// # Errors
+    ///
+    /// The driver's first error.
+    pub(crate) fn release_segment_tail(
+        &mut self,
+        heap: &mut CoalescingHeap,
+        driver: &dyn Driver,
+        synchronized: bool,
+    ) -> DriverResult<u64> {
+        let Source::Segment(seg) = self else {
+            return Ok(0);
+        };
+        if heap.wild().is_none() {
+            return Ok(0);
+        }
+        // An unmap is not stream-ordered: the frees into the tail must be complete.
+        if !synchronized {
+            driver.context_synchronize()?;
+        }
+        seg.release_free_tail(driver, heap)
+    }
+
+    /// Unmaps and releases a segment and frees its reservation, after waiting for the device,
+    /// and forgets `heap`'s blocks; returns false, changing nothing, for chunks.
+    pub(crate) fn destroy_segment(
+        &mut self,
+        heap: &mut CoalescingHeap,
+        driver: &dyn Driver,
+    ) -> bool {
+        let Source::Segment(_) = self else {
+            return false;
+        };
+        if let Source::Segment(seg) = std::mem::take(self) {
+            // Errors have no caller to go to: what the driver refuses stays with it.
+            let _ = driver.context_synchronize();
+            let _ = seg.destroy(driver);
+        }
+        *heap = CoalescingHeap::default();
+        true
+    }
+}
