@@ -34,7 +34,11 @@ impl ResourceManagerFactory {
     pub fn builtins() -> Vec<Arc<dyn ManagerFactory>> {
         NAMED_RESOURCES
             .iter()
-            .filter(|(n, _)| *n != "cuda")
+            // `cuda` is what `default` does better; `pool-vmm` does not pass the conformance
+            // suite as a manager yet (an allocation spanning several mappings is not one
+            // driver allocation for cuMemGetAddressRange, and granule rounding fails the
+            // near-total retry): it stays a resource until it does.
+            .filter(|(n, _)| *n != "cuda" && *n != "pool-vmm")
             .map(|(n, _)| Arc::new(ResourceManagerFactory::new(n)) as Arc<dyn ManagerFactory>)
             .collect()
     }

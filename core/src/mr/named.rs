@@ -25,6 +25,10 @@ pub const NAMED_RESOURCES: &[(&str, &str)] = &[
         "PoolResource over CudaResource: coalescing TLSF pool of cuMemAlloc chunks, no preallocation",
     ),
     (
+        "pool-vmm",
+        "PoolResource on one expandable segment (cuMemCreate / cuMemMap): the least memory held; no IPC",
+    ),
+    (
         "arena",
         "ArenaResource over CudaResource: per-thread arenas over a global pool",
     ),
@@ -53,6 +57,7 @@ pub fn build(name: &str, driver: Shared) -> MrResult<Arc<dyn DeviceMemoryResourc
     let pool = || PoolResource::chunked(cuda());
     Ok(match name {
         "pool" => Arc::new(pool()),
+        "pool-vmm" => Arc::new(PoolResource::new(cuda())),
         "arena" => Arc::new(ArenaResource::new(cuda())),
         "binning" => Arc::new(BinningResource::with_range(
             pool(),
