@@ -582,13 +582,22 @@ impl Driver for CudaDriver {
         }
         self.ensure_context()?;
         let mut h = self.lock();
-        vmm::unmap(ptr.0, size)?;
         let end = ptr.0.saturating_add(size as u64);
         let gone: Vec<(u64, u64)> = h
             .mappings
             .range(ptr.0..end)
             .map(|(&at, &(_, handle))| (at, handle))
             .collect();
+        // CUDA accepts an unmap of a range with nothing mapped; the simulator does not, and
+        // neither does this driver: a caller unmapping what it never mapped has lost track.
+        if gone.is_empty() {
+            return Err(DriverError::new(
+                "cuMemUnmap",
+                CudaCode::INVALID_VALUE,
+                format!("nothing is mapped at {ptr}+{size}; unmap what mem_map mapped"),
+            ));
+        }
+        vmm::unmap(ptr.0, size)?;
         for (at, handle) in gone {
             h.mappings.remove(&at);
             if let Some(p) = h.phys.get_mut(&handle) {

@@ -554,6 +554,8 @@ impl State {
                 ));
             }
         }
+        // Freeing is the host's last touch: a stream still using the memory races with it.
+        self.host_touch(p, addr, addr, addr + size, "cuMemFreeHost/free");
         self.allocs.remove(&addr);
         self.host_used -= size;
         self.charge(
@@ -639,6 +641,10 @@ impl State {
         match self.registrations.get(&addr) {
             Some(r) if r.process == p => {
                 let size = r.size;
+                // Unpinning with stream work still using the range races with it.
+                if let Some((base, _)) = self.containing(addr) {
+                    self.host_touch(p, base, addr, addr + size, "cuMemHostUnregister");
+                }
                 self.registrations.remove(&addr);
                 self.charge(
                     p,
@@ -810,6 +816,14 @@ impl State {
                 .map(|()| (base, addr)),
             _ => Ok((base, addr)),
         }
+    }
+
+    /// Records a host-side write-like touch of `start..end` in the allocation at `base` (a
+    /// free or an unpin), reporting any unordered stream access as a race.
+    fn host_touch(&mut self, p: u32, base: u64, start: u64, end: u64, op: &'static str) {
+        let pr = &mut self.processes[p as usize];
+        let (actor, epoch) = (pr.host_actor, pr.clock.tick(pr.host_actor));
+        self.check_races(base, start, end, actor, epoch, true, op, Who::Host);
     }
 
     /// A kernel on stream `s` may touch another device's memory only once its context has
