@@ -204,7 +204,7 @@ pub mod mem {
         // SAFETY: writes one device pointer; `s` is a live stream (checked by the caller).
         let r = unsafe { sys::cuMemAllocAsync(&mut p, size, s) };
         check("cuMemAllocAsync", r, || {
-            format!("requested {}", Bytes(size as u64))
+            format!("requested {} on stream {s:?}", Bytes(size as u64))
         })?;
         Ok(p)
     }
@@ -219,7 +219,7 @@ pub mod mem {
         // SAFETY: writes one device pointer; `pool` and `s` are live (checked by the caller).
         let r = unsafe { sys::cuMemAllocFromPoolAsync(&mut p, size, pool, s) };
         check("cuMemAllocFromPoolAsync", r, || {
-            format!("requested {}", Bytes(size as u64))
+            format!("requested {} on stream {s:?}", Bytes(size as u64))
         })?;
         Ok(p)
     }
@@ -228,7 +228,9 @@ pub mod mem {
     pub fn free_async(p: u64, s: sys::CUstream) -> DriverResult<()> {
         // SAFETY: the driver validates the pointer; `s` is live (checked by the caller).
         let r = unsafe { sys::cuMemFreeAsync(p, s) };
-        check("cuMemFreeAsync", r, || format!("freeing {p:#x}"))
+        check("cuMemFreeAsync", r, || {
+            format!("freeing {p:#x} on stream {s:?}")
+        })
     }
 
     /// `cuMemPoolCreate` for device memory on device `d`.
@@ -447,7 +449,9 @@ pub mod mem {
                 Some(s) => sys::cuMemcpyHtoDAsync_v2(dst, src.as_ptr().cast(), n, s),
             }
         };
-        check("cuMemcpyHtoD", r, || format!("{n} bytes to {dst:#x}"))
+        check("cuMemcpyHtoD", r, || {
+            format!("{n} bytes to {dst:#x} on {s:?}")
+        })
     }
 
     /// `cuMemcpyDtoH[Async]`; the stream form is followed by a synchronize by the caller.
@@ -460,7 +464,9 @@ pub mod mem {
                 Some(s) => sys::cuMemcpyDtoHAsync_v2(dst.as_mut_ptr().cast(), src, n, s),
             }
         };
-        check("cuMemcpyDtoH", r, || format!("{n} bytes from {src:#x}"))
+        check("cuMemcpyDtoH", r, || {
+            format!("{n} bytes from {src:#x} on {s:?}")
+        })
     }
 
     /// `cuMemcpy[Async]`
@@ -486,7 +492,9 @@ pub mod mem {
                 Some(s) => sys::cuMemsetD8Async(dst, value, n, s),
             }
         };
-        check("cuMemsetD8", r, || format!("{n} bytes at {dst:#x}"))
+        check("cuMemsetD8", r, || {
+            format!("{n} bytes at {dst:#x} on {s:?}")
+        })
     }
 }
 
@@ -618,7 +626,7 @@ pub mod stream {
         let mut s = std::ptr::null_mut();
         // SAFETY: writes one handle.
         let r = unsafe { sys::cuStreamCreate(&mut s, u32::from(non_blocking)) };
-        check("cuStreamCreate", r, || "creating a stream".into())?;
+        check("cuStreamCreate", r, || format!("creating stream {s:?}"))?;
         Ok(s)
     }
 
@@ -633,7 +641,9 @@ pub mod stream {
     pub fn synchronize(s: sys::CUstream) -> DriverResult<()> {
         // SAFETY: `s` is live (checked by the caller).
         let r = unsafe { sys::cuStreamSynchronize(s) };
-        check("cuStreamSynchronize", r, || "synchronizing a stream".into())
+        check("cuStreamSynchronize", r, || {
+            format!("synchronizing stream {s:?}")
+        })
     }
 
     /// `cuStreamQuery`: `Ok(false)` for `CUDA_ERROR_NOT_READY`.
@@ -650,7 +660,9 @@ pub mod stream {
     pub fn wait_event(s: sys::CUstream, e: sys::CUevent) -> DriverResult<()> {
         // SAFETY: `s` and `e` are live (checked by the caller).
         let r = unsafe { sys::cuStreamWaitEvent(s, e, 0) };
-        check("cuStreamWaitEvent", r, || "waiting on an event".into())
+        check("cuStreamWaitEvent", r, || {
+            format!("stream {s:?} waits on event {e:?}")
+        })
     }
 
     /// `cuEventCreate` with timing disabled (cheaper to record).
@@ -673,7 +685,9 @@ pub mod stream {
     pub fn event_record(e: sys::CUevent, s: sys::CUstream) -> DriverResult<()> {
         // SAFETY: `e` and `s` are live (checked by the caller).
         let r = unsafe { sys::cuEventRecord(e, s) };
-        check("cuEventRecord", r, || "recording an event".into())
+        check("cuEventRecord", r, || {
+            format!("event {e:?} on stream {s:?}")
+        })
     }
 
     /// `cuEventQuery`: `Ok(false)` for `CUDA_ERROR_NOT_READY`.
