@@ -289,13 +289,11 @@ impl<Up: DeviceMemoryResource> DeviceMemoryResource for ArenaResource<Up> {
         let driver = self.global.driver();
         for k in 0..self.arenas.len() {
             let mut a = self.lock(k);
-            if a.heap.slots_with_free_blocks() > 1 {
-                // Coalesce frees made on several streams, once they are all complete.
+            // Coalesce frees made on several streams, once they are all complete.
+            a.heap.coalesce_streams(StreamId::DEFAULT, || {
                 let _scope = CallerScope::enter(NAME);
-                driver.context_synchronize()?;
-                let slot = a.heap.slot(StreamId::DEFAULT);
-                a.heap.unify(slot);
-            }
+                driver.context_synchronize()
+            })?;
             let free = a.heap.take_free_chunks(0);
             drop(a);
             for (chunk, stream) in free {

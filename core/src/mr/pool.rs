@@ -206,13 +206,9 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
     fn release_all_free(&self, st: &mut PoolState) -> MrResult<u64> {
         let _scope = CallerScope::enter(NAME);
         let driver = self.upstream.driver();
-        let mut synchronized = false;
-        if st.heap.slots_with_free_blocks() > 1 {
-            driver.context_synchronize()?;
-            synchronized = true;
-            let slot = st.heap.slot(StreamId::DEFAULT);
-            st.heap.unify(slot);
-        }
+        let synchronized = st
+            .heap
+            .coalesce_streams(StreamId::DEFAULT, || driver.context_synchronize())?;
         match st.source {
             Source::Segment(_) => {
                 Ok(st

@@ -257,6 +257,28 @@ impl CoalescingHeap {
         }
     }
 
+    /// Coalesces free blocks across streams into stream `to`'s lists when more than one stream
+    /// holds some: first runs `synchronize`, which must order `to` after every other stream (a
+    /// context synchronize). Returns whether it synchronized; with one stream or none it does
+    /// nothing.
+    ///
+    /// # Time complexity
+    ///
+    /// O(streams seen), plus O(free blocks) and the synchronize when it coalesces.
+    pub(crate) fn coalesce_streams<E>(
+        &mut self,
+        to: StreamId,
+        synchronize: impl FnOnce() -> Result<(), E>,
+    ) -> Result<bool, E> {
+        if self.slots_with_free_blocks() <= 1 {
+            return Ok(false);
+        }
+        synchronize()?;
+        let slot = self.slot(to);
+        self.unify(slot);
+        Ok(true)
+    }
+
     /// How many streams' lists hold a free block.
     pub(crate) fn slots_with_free_blocks(&self) -> usize {
         let wild = self.wild.map(|w| self.slab.get(w).owner as usize);

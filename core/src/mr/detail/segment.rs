@@ -264,9 +264,7 @@ impl ExpandableSegment {
             Ok(()) => false,
         };
         if short {
-            if heap.slots_with_free_blocks() > 1 {
-                driver.context_synchronize()?;
-                heap.unify(slot);
+            if heap.coalesce_streams(stream, || driver.context_synchronize())? {
                 let p = heap.allocate(slot, size, requested);
                 if let Some(p) = p.or_else(|| heap.allocate_wild(slot, size, requested)) {
                     return Ok(p);
