@@ -21,6 +21,10 @@ use crate::result::{ctx, device, mem, stream, vmm};
 /// for more managed memory than a card has free can hang the GPU.
 pub const MANAGED_FREE_FRACTION: f64 = 0.9;
 
+/// Stream-ordered requests of at least this size are checked against free memory before the
+/// driver sees them (`refuse_beyond_reach`).
+const LARGE_REQUEST: u64 = 1 << 30;
+
 thread_local! {
     /// Whether this thread has a current context (set by us or found on first use).
     static HAS_CONTEXT: Cell<bool> = const { Cell::new(false) };
@@ -215,6 +219,36 @@ impl CudaDriver {
         self.ctx_device(ContextId(c))
     }
 
+    /// Refuses a large stream-ordered request that cannot fit, before the driver sees it: one
+    /// that exceeds the device's free memory plus what `pool` holds unused. On an H200 a
+    /// refused near-total `cuMemAllocAsync` was followed by a sticky
+    /// `CUDA_ERROR_ILLEGAL_ADDRESS` on the next copy of managed memory; the check keeps such
+    /// requests away from the driver's failure path. Small requests skip it (one branch).
+    fn refuse_beyond_reach(&self, call: &'static str, size: usize, pool: u64) -> DriverResult<()> {
+        if (size as u64) < LARGE_REQUEST {
+            return Ok(());
+        }
+        use sys::CUmemPool_attribute as A;
+        let p = pool as sys::CUmemoryPool;
+        let idle = mem::pool_get_u64(p, A::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)?
+            .saturating_sub(mem::pool_get_u64(p, A::CU_MEMPOOL_ATTR_USED_MEM_CURRENT)?);
+        let (free, _) = mem::get_info()?;
+        let reach = (free as u64).saturating_add(idle);
+        if size as u64 > reach {
+            return Err(DriverError::new(
+                call,
+                CudaCode::OUT_OF_MEMORY,
+                format!(
+                    "requested {}: more than the device's {} free plus the pool's {} unused; free memory first",
+                    Bytes(size as u64),
+                    Bytes(free as u64),
+                    Bytes(idle)
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// The raw stream for `s`, checked: the legacy default stream, or one this driver made.
     fn stream(&self, s: StreamId) -> DriverResult<sys::CUstream> {
         if s == StreamId::DEFAULT
@@ -384,6 +418,8 @@ impl Driver for CudaDriver {
         }
         let raw = self.stream(s)?;
         self.ensure_context()?;
+        let pool = self.dev(DeviceId(self.current_device()?))?.default_pool;
+        self.refuse_beyond_reach("cuMemAllocAsync", size, pool)?;
         let p = mem::alloc_async(size, raw)?;
         self.lock().device.insert(p, size);
         Ok(DevicePtr(p))
@@ -400,6 +436,7 @@ impl Driver for CudaDriver {
         }
         let (raw, p) = (self.stream(s)?, self.pool(pool)?);
         self.ensure_context()?;
+        self.refuse_beyond_reach("cuMemAllocFromPoolAsync", size, p as u64)?;
         let ptr = mem::alloc_from_pool_async(size, p, raw)?;
         self.lock().device.insert(ptr, size);
         Ok(DevicePtr(ptr))

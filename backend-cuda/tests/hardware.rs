@@ -485,3 +485,70 @@ fn pool_workloads() {
         }
     }
 }
+
+/// The sequence that preceded a sticky `CUDA_ERROR_ILLEGAL_ADDRESS` in the conformance suite on
+/// a GPU: stream work in flight, a near-total `cuMemAllocAsync` refused twice, then a managed
+/// byte written and read back. Both arms must keep every byte and report out of memory typed.
+#[test]
+fn near_total_async_refusal_then_managed_memory() {
+    both(|d| {
+        let total = d.mem_get_info().unwrap().total;
+        let s = d.stream_create(true).unwrap();
+        let n = 1 << 20;
+        let a = d.mem_alloc_async(n, s).unwrap();
+        d.memset_d8(a, 3, n, Some(s)).unwrap();
+        // The GPU refuses it (its context holds memory); the simulator may grant it.
+        for _ in 0..2 {
+            match d.mem_alloc_async((total - (1 << 20)) as usize, s) {
+                Ok(big) => d.mem_free_async(big, s).unwrap(),
+                Err(e) => assert!(e.is_out_of_memory(), "{e}"),
+            }
+        }
+        let m = d.mem_alloc_managed(1, true).unwrap();
+        d.memcpy_htod(m, &[7], None).unwrap();
+        let mut byte = [0u8];
+        d.memcpy_dtoh(&mut byte, m, None).unwrap();
+        assert_eq!(byte, [7]);
+        let mut back = vec![0u8; n];
+        d.memcpy_dtoh(&mut back, a, Some(s)).unwrap();
+        assert!(back.iter().all(|&x| x == 3));
+        d.mem_free_async(a, s).unwrap();
+        d.stream_synchronize(s).unwrap();
+        d.mem_free(m).unwrap();
+        d.stream_destroy(s).unwrap();
+    });
+}
+
+/// The driver's async pool keeps what is freed into it (release threshold at the maximum):
+/// managed memory must still find room on the device, and a trim gives the memory back.
+#[test]
+fn managed_memory_beside_a_pool_holding_the_device() {
+    both(|d| {
+        let pool = d.device_default_mem_pool(DeviceId(0)).unwrap();
+        d.mem_pool_set_release_threshold(pool, u64::MAX).unwrap();
+        let s = d.stream_create(true).unwrap();
+        let free0 = d.mem_get_info().unwrap().free;
+        let big = d
+            .mem_alloc_async((free0 - (512 << 20)) as usize, s)
+            .unwrap();
+        d.mem_free_async(big, s).unwrap();
+        d.stream_synchronize(s).unwrap();
+        assert!(
+            d.mem_get_info().unwrap().free < free0 / 2,
+            "the pool keeps it"
+        );
+        let n = 64 << 20;
+        let m = d.mem_alloc_managed(n, true).unwrap();
+        d.memset_d8(m, 9, n, None).unwrap();
+        let mut back = vec![0u8; n];
+        d.memcpy_dtoh(&mut back, m, None).unwrap();
+        assert!(back.iter().all(|&x| x == 9));
+        d.mem_free(m).unwrap();
+        d.mem_pool_trim_to(pool, 0).unwrap();
+        assert!(
+            d.mem_get_info().unwrap().free + (64 << 20) >= free0,
+            "trimmed"
+        );
+        d.stream_destroy(s).unwrap();
+    });
+}
