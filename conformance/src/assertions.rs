@@ -61,16 +61,29 @@ pub fn check_memalloc_in_device_memory(
             memory.size()
         ));
     }
-    let (base, len) = driver.mem_get_address_range(ptr).map_err(|e| {
-        format!("memalloc({requested}) returned {ptr}, which is not device memory: {e}")
-    })?;
     let end = ptr.0.saturating_add(requested as u64);
-    if end > base.0.saturating_add(len as u64) {
-        return Err(format!(
-            "memalloc({requested}) returned {ptr}, but the driver allocation holding it ({base}, {}) ends {} bytes before the request does",
-            Bytes(len as u64),
-            end - (base.0 + len as u64)
-        ));
+    // Memory a pool maps granule by granule (cuMemMap) is several driver allocations end to
+    // end: every byte must lie in one of them, with no gap.
+    let mut at = ptr;
+    while at.0 < end {
+        let (base, len) = driver.mem_get_address_range(at).map_err(|e| {
+            if at == ptr {
+                format!("memalloc({requested}) returned {ptr}, which is not device memory: {e}")
+            } else {
+                format!(
+                    "memalloc({requested}) returned {ptr}, but its bytes from {at} on ({} before the end) are not device memory: {e}",
+                    Bytes(end - at.0)
+                )
+            }
+        })?;
+        let next = base.0.saturating_add(len as u64);
+        if next <= at.0 {
+            return Err(format!(
+                "memalloc({requested}) returned {ptr}: cuMemGetAddressRange({at}) gave ({base}, {}), which does not hold it",
+                Bytes(len as u64)
+            ));
+        }
+        at = DevicePtr(next);
     }
     Ok(())
 }

@@ -85,7 +85,9 @@ fn help_and_list_name_every_command_check_and_plugin() {
     let l = list::text();
     assert!(l.contains("checks (21):"), "{l}");
     assert!(l.contains("ipc_handle_addresses_same_bytes"), "{l}");
-    for name in ["default", "pool", "arena", "binning", "async", "managed"] {
+    for name in [
+        "default", "pool", "pool-vmm", "arena", "binning", "async", "managed",
+    ] {
         assert!(l.contains(&format!(" {name}")), "{name} missing from: {l}");
     }
 }

@@ -272,7 +272,9 @@ fn demo(args: &[OsString]) -> Result<(), Failure> {
     let root = workspace_root();
     let emm = root.join("target/release/emm");
     println!("\n5. The conformance suite (emm check) on the simulated GPU, seed 1:");
-    let builtins = ["default", "pool", "arena", "binning", "async", "managed"];
+    let builtins = [
+        "default", "pool", "pool-vmm", "arena", "binning", "async", "managed",
+    ];
     let wasm_plugins = PLUGINS.iter().map(|(_, f)| format!("target/wasm/{f}"));
     let mut failed = Vec::new();
     for plugin in builtins.iter().map(|s| s.to_string()).chain(wasm_plugins) {

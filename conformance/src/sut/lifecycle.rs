@@ -5,6 +5,7 @@ use emm_core::attribution::{CallerScope, UNATTRIBUTED};
 use emm_core::contract::EmmError;
 use emm_core::mr::MrError;
 use emm_core::units::Bytes;
+use emm_core::DeviceId;
 
 use super::device::Request;
 use super::{guarded, Found, Sut, HARNESS};
@@ -206,9 +207,15 @@ impl Sut {
         let Some(bytes) = self.model.last_oom.take() else {
             return Ok(());
         };
-        if bytes as u64 > self.baseline_free {
-            // More than the device had free before the manager existed (a real GPU keeps some
-            // for itself): no allocator could serve it, so its failure proves nothing.
+        // A GPU hands out large allocations in whole pages of its allocation granularity
+        // (2 MiB), cuMemAlloc and cuMemMap alike: a request that needs more pages than the
+        // device had free before the manager existed (a real GPU keeps some for itself) could
+        // be served by no allocator, so its failure proves nothing.
+        let page = self
+            .driver
+            .mem_get_allocation_granularity(DeviceId(0))
+            .map_or(1, |g| g.max(1) as u64);
+        if (bytes as u64).div_ceil(page) * page > self.baseline_free {
             return Ok(());
         }
         self.synchronize(C)?;

@@ -34,11 +34,8 @@ impl ResourceManagerFactory {
     pub fn builtins() -> Vec<Arc<dyn ManagerFactory>> {
         NAMED_RESOURCES
             .iter()
-            // `cuda` is what `default` does better; `pool-vmm` does not pass the conformance
-            // suite as a manager yet (an allocation spanning several mappings is not one
-            // driver allocation for cuMemGetAddressRange, and granule rounding fails the
-            // near-total retry): it stays a resource until it does.
-            .filter(|(n, _)| *n != "cuda" && *n != "pool-vmm")
+            // `cuda` is what `default` does better.
+            .filter(|(n, _)| *n != "cuda")
             .map(|(n, _)| Arc::new(ResourceManagerFactory::new(n)) as Arc<dyn ManagerFactory>)
             .collect()
     }
@@ -80,6 +77,10 @@ impl ManagerFactory for ResourceManagerFactory {
             "async" => manager.without_ipc(
                 "memory from the driver's stream-ordered pool cannot be exported with \
                  cuIpcGetMemHandle; use the pool manager for memory shared between processes",
+            ),
+            "pool-vmm" => manager.without_ipc(
+                "memory mapped with cuMemMap cannot be exported with cuIpcGetMemHandle; use \
+                 the pool manager (cuMemAlloc chunks) for memory shared between processes",
             ),
             "managed" => manager.without_ipc(
                 "managed memory cannot be exported with cuIpcGetMemHandle; use the pool \
