@@ -4,6 +4,7 @@ use emm_core::contract::EmmError;
 use emm_core::units::Bytes;
 
 use crate::fault::Breach;
+use crate::gate::GateError;
 
 /// Why loading, starting or calling a plugin failed. Every message names the plugin (or file),
 /// what went wrong and what to do.
@@ -107,6 +108,10 @@ pub enum SandboxError {
     /// The plugin broke a rule or a limit, during start-up or a call, and is quarantined.
     #[error(transparent)]
     Quarantined(#[from] Breach),
+    /// The gate refuses to run the plugin on a real GPU (no passing verdict, a failed or an
+    /// edited one), or cannot decide; the message says which command to run.
+    #[error(transparent)]
+    Refused(#[from] GateError),
 }
 
 impl SandboxError {
@@ -142,5 +147,13 @@ fn plugin_of(e: &SandboxError) -> &str {
         | SandboxError::InvalidConfig { plugin, .. }
         | SandboxError::Instantiate { plugin, .. } => plugin,
         SandboxError::Quarantined(b) => &b.plugin,
+        SandboxError::Refused(g) => match g {
+            GateError::Unchecked { plugin, .. }
+            | GateError::TooShallow { plugin, .. }
+            | GateError::Failed { plugin, .. }
+            | GateError::Tampered { plugin, .. }
+            | GateError::NoContentHash { plugin } => plugin,
+            _ => "the plugin gate",
+        },
     }
 }
