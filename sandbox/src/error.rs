@@ -126,6 +126,18 @@ impl SandboxError {
 
 impl From<SandboxError> for EmmError {
     fn from(e: SandboxError) -> Self {
+        if let SandboxError::Refused(GateError::BadSetting {
+            variable,
+            value,
+            reason,
+        }) = e
+        {
+            return EmmError::InvalidConfig {
+                setting: variable,
+                value,
+                reason,
+            };
+        }
         EmmError::InvalidConfig {
             setting: "EMM_MEMORY_MANAGER (wasm plugin)",
             value: plugin_of(&e).to_string(),
@@ -153,7 +165,7 @@ fn plugin_of(e: &SandboxError) -> &str {
             | GateError::Failed { plugin, .. }
             | GateError::Tampered { plugin, .. }
             | GateError::NoContentHash { plugin } => plugin,
-            _ => "the plugin gate",
+            _ => "the verdict store",
         },
     }
 }
