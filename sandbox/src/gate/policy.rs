@@ -52,6 +52,16 @@ impl GatePolicy {
     /// [`GateError::BadSetting`] for a value that cannot be read; [`GateError::Store`] when
     /// no store can be named.
     pub fn from_env() -> Result<GatePolicy, GateError> {
+        GatePolicy::from_env_with(None)
+    }
+
+    /// [`GatePolicy::from_env`], with `store` (when given) instead of the environment's: for
+    /// a `--verdicts DIR` flag.
+    ///
+    /// # Errors
+    ///
+    /// As [`GatePolicy::from_env`].
+    pub fn from_env_with(store: Option<VerdictStore>) -> Result<GatePolicy, GateError> {
         let mode = GateMode::parse(std::env::var(GATE_VAR).ok().as_deref())?;
         let min_depth = match std::env::var(MIN_DEPTH_VAR) {
             Ok(v) if !v.trim().is_empty() => {
@@ -63,8 +73,12 @@ impl GatePolicy {
             }
             _ => DEFAULT_MIN_DEPTH,
         };
+        let store = match store {
+            Some(s) => s,
+            None => VerdictStore::from_env()?,
+        };
         Ok(GatePolicy {
-            store: VerdictStore::from_env()?,
+            store,
             min_depth,
             mode,
         })
