@@ -16,13 +16,14 @@ pub const SUITE: &str = concat!("emm-conformance ", env!("CARGO_PKG_VERSION"));
 
 /// The depth of a run of `config`.
 pub fn depth_of(config: &Config) -> Depth {
-    Depth::new(config.cases as u64, config.max_ops as u64)
+    let n = |v: usize| u32::try_from(v).unwrap_or(u32::MAX);
+    Depth::new(n(config.cases), n(config.max_ops))
 }
 
 /// The gate's default minimum depth is the depth of a plain `emm check`.
 pub const fn default_depth_is_the_gates() -> bool {
-    DEFAULT_MIN_DEPTH.cases == DEFAULT_CASES as u64
-        && DEFAULT_MIN_DEPTH.max_ops == DEFAULT_MAX_OPS as u64
+    DEFAULT_MIN_DEPTH.cases as usize == DEFAULT_CASES
+        && DEFAULT_MIN_DEPTH.max_ops as usize == DEFAULT_MAX_OPS
 }
 
 const _: () = assert!(

@@ -21,7 +21,10 @@ fn emm(args: &str) -> i32 {
 
 /// A fresh folder for test `name`.
 fn folder(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("emm-conformance-gate-{}-{name}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!(
+        "emm-conformance-gate-{}-{name}",
+        std::process::id()
+    ));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
@@ -98,7 +101,11 @@ fn a_checked_plugin_records_its_verdict_and_runs_on_hardware() {
     assert_eq!(r.checks.len(), emm_conformance::CHECKS.len());
     assert!(r.checks.iter().all(|c| c.passed && c.failure.is_none()));
     let report = on_hardware(&path, &dir, GateMode::Enforce);
-    assert!(report.error.is_none() && report.passed, "{}", report.to_table(false));
+    assert!(
+        report.error.is_none() && report.passed,
+        "{}",
+        report.to_table(false)
+    );
 }
 
 #[test]
@@ -109,12 +116,22 @@ fn a_failing_plugin_records_its_failure_and_never_runs_on_hardware() {
     assert_eq!(emm_check(&path, &store), EXIT_FAIL);
     let r = only_record(&store, &path);
     assert!(!r.passed);
-    assert!(r.failed_checks().contains(&"reset_frees_everything"), "{r:?}");
+    assert!(
+        r.failed_checks().contains(&"reset_frees_everything"),
+        "{r:?}"
+    );
     for mode in [GateMode::Enforce, GateMode::Warn] {
         let report = on_hardware(&path, &store, mode);
         let e = report.error.clone().unwrap_or_default();
-        assert!(e.contains("FAILED the EMM contract"), "{mode:?}: {}", report.to_table(false));
-        assert!(e.contains("reset_frees_everything") && e.contains("seed 3"), "{e}");
+        assert!(
+            e.contains("FAILED the EMM contract"),
+            "{mode:?}: {}",
+            report.to_table(false)
+        );
+        assert!(
+            e.contains("reset_frees_everything") && e.contains("seed 3"),
+            "{e}"
+        );
     }
 }
 
@@ -166,7 +183,10 @@ fn built_in_managers_are_recorded_by_name_and_version_and_no_verdict_records_not
     let subject = Subject::builtin("default", env!("CARGO_PKG_VERSION"));
     let records = VerdictStore::new(&dir).records(&subject).unwrap();
     assert_eq!(records.len(), 1);
-    assert_eq!(records[0].path, dir.join(subject.key()).join("2x4-seed1.json"));
+    assert_eq!(
+        records[0].path,
+        dir.join(subject.key()).join("2x4-seed1.json")
+    );
     assert!(records[0].record.as_ref().is_ok_and(|r| r.passed));
     let quiet = folder("no-verdict");
     let args = format!(

@@ -111,7 +111,13 @@ pub enum SandboxError {
     /// The gate refuses to run the plugin on a real GPU (no passing verdict, a failed or an
     /// edited one), or cannot decide; the message says which command to run.
     #[error(transparent)]
-    Refused(#[from] GateError),
+    Refused(Box<GateError>),
+}
+
+impl From<GateError> for SandboxError {
+    fn from(e: GateError) -> Self {
+        SandboxError::Refused(Box::new(e))
+    }
 }
 
 impl SandboxError {
@@ -126,17 +132,19 @@ impl SandboxError {
 
 impl From<SandboxError> for EmmError {
     fn from(e: SandboxError) -> Self {
-        if let SandboxError::Refused(GateError::BadSetting {
-            variable,
-            value,
-            reason,
-        }) = e
-        {
-            return EmmError::InvalidConfig {
-                setting: variable,
+        if let SandboxError::Refused(g) = &e {
+            if let GateError::BadSetting {
+                variable,
                 value,
                 reason,
-            };
+            } = g.as_ref()
+            {
+                return EmmError::InvalidConfig {
+                    setting: variable,
+                    value: value.clone(),
+                    reason: reason.clone(),
+                };
+            }
         }
         EmmError::InvalidConfig {
             setting: "EMM_MEMORY_MANAGER (wasm plugin)",
@@ -159,7 +167,7 @@ fn plugin_of(e: &SandboxError) -> &str {
         | SandboxError::InvalidConfig { plugin, .. }
         | SandboxError::Instantiate { plugin, .. } => plugin,
         SandboxError::Quarantined(b) => &b.plugin,
-        SandboxError::Refused(g) => match g {
+        SandboxError::Refused(g) => match g.as_ref() {
             GateError::Unchecked { plugin, .. }
             | GateError::TooShallow { plugin, .. }
             | GateError::Failed { plugin, .. }

@@ -52,10 +52,10 @@ mod ticker;
 
 pub use error::SandboxError;
 pub use factory::{install_loader, load_plugin, loader, PluginFactory, CONFIG_ENV_VAR};
+pub use fault::{Breach, PluginFault, Rule};
 pub use gate::{
     Admission, ContentHash, Depth, GateError, GateMode, GatePolicy, VerdictRecord, VerdictStore,
 };
-pub use fault::{Breach, PluginFault, Rule};
 pub use host::LogLine;
 pub use limits::PluginLimits;
 pub use manager::PluginManager;

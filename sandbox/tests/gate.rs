@@ -95,7 +95,7 @@ fn hash_of(path: &Path) -> ContentHash {
 /// The gate's refusal when making a manager on hardware.
 fn refusal(factory: &PluginFactory) -> GateError {
     match factory.create_plugin_manager(&target(true)) {
-        Err(SandboxError::Refused(e)) => e,
+        Err(SandboxError::Refused(e)) => *e,
         Err(e) => panic!("refused for another reason: {e}"),
         Ok(_) => panic!("the gate let the plugin through"),
     }
@@ -126,7 +126,9 @@ fn a_plugin_with_a_passing_verdict_loads_on_hardware_and_the_hash_is_taken_once(
     let f = first_fit(policy(&s, GateMode::Enforce));
     // The module's hash is the file's: computed from the bytes it was compiled from.
     assert_eq!(f.module().content_hash(), Some(hash_of(&path)));
-    let saved = s.save(&record(hash_of(&path), Depth::new(4, 8), true)).unwrap();
+    let saved = s
+        .save(&record(hash_of(&path), Depth::new(4, 8), true))
+        .unwrap();
     allocates(&f, &target(true));
     assert_eq!(
         f.admit_hardware(),
@@ -155,7 +157,9 @@ fn an_unchecked_plugin_is_refused_with_the_command_to_run() {
     assert!(msg.contains(&command), "{msg}");
     assert!(msg.contains(&hash_of(&path).to_hex()), "{msg}");
     // Through the trait, the refusal is an EmmError with the same message.
-    let e = ManagerFactory::create(&f, &target(true)).err().expect("refused");
+    let e = ManagerFactory::create(&f, &target(true))
+        .err()
+        .expect("refused");
     assert!(e.to_string().contains(&command), "{e}");
 }
 
@@ -191,7 +195,12 @@ fn a_failed_plugin_is_refused_even_by_the_quiet_override() {
     for mode in [GateMode::Enforce, GateMode::Warn] {
         let e = refusal(&first_fit(policy(&s, mode)));
         match &e {
-            GateError::Failed { seed, record, .. } => assert_eq!((*seed, record), (31, &at)),
+            GateError::Failed { failed, record, .. } => {
+                assert_eq!(
+                    (failed.as_str(), record),
+                    ("failed checks: no_overlap; seed 31", &at)
+                );
+            }
             other => panic!("{mode:?}: {other:?}"),
         }
         let msg = e.to_string();
@@ -205,7 +214,10 @@ fn a_failed_plugin_is_refused_even_by_the_quiet_override() {
     let w = f.admit_hardware().unwrap();
     let w = w.warning().expect("a warning");
     assert!(w.starts_with("EMM_GATE=allow-failed"), "{w}");
-    assert!(w.contains("KNOWN to break it") && w.contains("no_overlap"), "{w}");
+    assert!(
+        w.contains("KNOWN to break it") && w.contains("no_overlap"),
+        "{w}"
+    );
 }
 
 #[test]
@@ -227,10 +239,7 @@ fn a_plugin_changed_by_one_byte_needs_a_new_verdict() {
     assert!(matches!(e, GateError::Unchecked { .. }), "{e:?}");
     assert!(e.to_string().contains("changed by even one byte"), "{e}");
     // The original still loads.
-    allocates(
-        &first_fit(policy(&s, GateMode::Enforce)),
-        &target(true),
-    );
+    allocates(&first_fit(policy(&s, GateMode::Enforce)), &target(true));
     let _ = std::fs::remove_file(changed);
 }
 
@@ -249,7 +258,9 @@ fn a_record_edited_by_hand_is_refused() {
     let hash = hash_of(&path);
     // The verdict edited: a failing record turned into a passing one.
     let at = s.save(&record(hash, MIN, false)).unwrap();
-    edit(&at, |t| t.replacen("\"passed\": false", "\"passed\": true", 2));
+    edit(&at, |t| {
+        t.replacen("\"passed\": false", "\"passed\": true", 2)
+    });
     let e = refusal(&first_fit(policy(&s, GateMode::Enforce)));
     match &e {
         GateError::Tampered { record, reason, .. } => {
@@ -258,7 +269,11 @@ fn a_record_edited_by_hand_is_refused() {
         }
         other => panic!("{other:?}"),
     }
-    assert!(e.to_string().contains("Delete the record and run `emm check"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("Delete the record and run `emm check"),
+        "{e}"
+    );
     // The quiet override does not load it either: the edit may hide a failure.
     let e = refusal(&first_fit(policy(&s, GateMode::Warn)));
     assert!(matches!(e, GateError::Tampered { .. }), "{e:?}");
@@ -279,15 +294,23 @@ fn a_record_edited_by_hand_is_refused() {
     std::fs::write(&moved, other.to_json()).unwrap();
     let e = refusal(&first_fit(policy(&s, GateMode::Enforce)));
     match e {
-        GateError::Tampered { reason, .. } => assert!(reason.contains("kept in the folder"), "{reason}"),
+        GateError::Tampered { reason, .. } => {
+            assert!(reason.contains("kept in the folder"), "{reason}")
+        }
         other => panic!("{other:?}"),
     }
     // The depth edited, and a record that is not JSON.
     std::fs::write(&moved, record(hash, Depth::new(1, 1), true).to_json()).unwrap();
     edit(&moved, |t| t.replacen("\"cases\": 1", "\"cases\": 4096", 1));
-    assert!(matches!(refusal(&first_fit(policy(&s, GateMode::Enforce))), GateError::Tampered { .. }));
+    assert!(matches!(
+        refusal(&first_fit(policy(&s, GateMode::Enforce))),
+        GateError::Tampered { .. }
+    ));
     std::fs::write(&moved, "{ not json").unwrap();
-    assert!(matches!(refusal(&first_fit(policy(&s, GateMode::Enforce))), GateError::Tampered { .. }));
+    assert!(matches!(
+        refusal(&first_fit(policy(&s, GateMode::Enforce))),
+        GateError::Tampered { .. }
+    ));
 }
 
 fn other_hex(r: &VerdictRecord) -> String {
@@ -304,6 +327,12 @@ fn the_quiet_override_loads_an_unchecked_plugin_and_names_the_risk() {
     allocates(&f, &target(true));
     let a = f.admit_hardware().unwrap();
     let w = a.warning().expect("a warning");
-    assert!(w.starts_with("EMM_GATE=warn: plugin first_fit runs on a real GPU"), "{w}");
-    assert!(w.contains("has no verdict") && w.contains("corrupt the data"), "{w}");
+    assert!(
+        w.starts_with("EMM_GATE=warn: plugin first_fit runs on a real GPU"),
+        "{w}"
+    );
+    assert!(
+        w.contains("has no verdict") && w.contains("corrupt the data"),
+        "{w}"
+    );
 }

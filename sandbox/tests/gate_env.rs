@@ -13,8 +13,8 @@ use emm_core::contract::ManagerTarget;
 use emm_core::{DeviceId, Driver};
 use emm_sandbox::abi::ABI_VERSION;
 use emm_sandbox::gate::{
-    utc_date, ContentHash, Depth, Subject, VerdictRecord, VerdictStore, GATE_VAR,
-    MIN_DEPTH_VAR, RECORD_FORMAT, VERDICT_DIR_VAR,
+    utc_date, ContentHash, Depth, Subject, VerdictRecord, VerdictStore, GATE_VAR, MIN_DEPTH_VAR,
+    RECORD_FORMAT, VERDICT_DIR_VAR,
 };
 use emm_sim::{SimConfig, SimDriver};
 
@@ -77,8 +77,13 @@ fn the_registry_loader_is_gated_by_the_environment() {
     std::env::set_var(GATE_VAR, "off");
     let buddy = plugin_path("buddy");
     let factory = current_factory_with_env(Some(&buddy.to_string_lossy())).expect("loads");
-    let e = create_manager(&*factory, &target(true)).err().expect("refused");
-    assert!(e.to_string().contains(r#"EMM_GATE = "off": give enforce"#), "{e}");
+    let e = create_manager(&*factory, &target(true))
+        .err()
+        .expect("refused");
+    assert!(
+        e.to_string().contains(r#"EMM_GATE = "off": give enforce"#),
+        "{e}"
+    );
     // The quiet override loads an unchecked plugin (with a warning on stderr).
     std::env::set_var(GATE_VAR, "warn");
     assert!(create_manager(&*factory, &target(true)).is_ok());

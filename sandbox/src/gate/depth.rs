@@ -10,9 +10,9 @@ use serde::{Deserialize, Serialize};
 #[serde(deny_unknown_fields)]
 pub struct Depth {
     /// Random cases.
-    pub cases: u64,
+    pub cases: u32,
     /// Most operations in one case.
-    pub max_ops: u64,
+    pub max_ops: u32,
 }
 
 /// The depth the gate asks for by default: the depth of a plain `emm check` (256 cases of up
@@ -21,7 +21,7 @@ pub const DEFAULT_MIN_DEPTH: Depth = Depth::new(256, 64);
 
 impl Depth {
     /// `cases` random cases of up to `max_ops` operations.
-    pub const fn new(cases: u64, max_ops: u64) -> Depth {
+    pub const fn new(cases: u32, max_ops: u32) -> Depth {
         Depth { cases, max_ops }
     }
 

@@ -38,16 +38,14 @@ pub enum GateError {
         command: String,
     },
     /// A run of these exact bytes failed the contract: a counterexample exists.
-    #[error("plugin {plugin} (sha256 {hash}) FAILED the EMM contract on the simulated GPU ({failed}; seed {seed}; record {}): it may not run on a real GPU, and EMM_GATE=warn does not change that; fix the plugin, then check the new build with `{command}`", record.display())]
+    #[error("plugin {plugin} (sha256 {hash}) FAILED the EMM contract on the simulated GPU ({failed}; record {}): it may not run on a real GPU, and EMM_GATE=warn does not change that; fix the plugin, then check the new build with `{command}`", record.display())]
     Failed {
         /// The plugin.
         plugin: String,
         /// Its hex sha256.
         hash: String,
-        /// The checks that failed (or why it could not run).
+        /// The checks that failed (or why it could not run), and the run's seed.
         failed: String,
-        /// The failing run's seed.
-        seed: u64,
         /// The failing record.
         record: PathBuf,
         /// The command that checks a new build.

@@ -177,8 +177,7 @@ impl GatePolicy {
             let e = GateError::Failed {
                 plugin: plugin.to_string(),
                 hash,
-                failed,
-                seed: r.seed,
+                failed: format!("{failed}; seed {}", r.seed),
                 record,
                 command,
             };
@@ -223,8 +222,11 @@ impl GatePolicy {
             } else if r.depth.covers(self.min_depth) {
                 f.covering.get_or_insert((path, r.depth));
             } else {
-                let size = |d: Depth| d.cases.saturating_mul(d.max_ops);
-                if f.deepest.as_ref().is_none_or(|(_, d)| size(r.depth) > size(*d)) {
+                let size = |d: Depth| u64::from(d.cases) * u64::from(d.max_ops);
+                if f.deepest
+                    .as_ref()
+                    .is_none_or(|(_, d)| size(r.depth) > size(*d))
+                {
                     f.deepest = Some((path, r.depth));
                 }
             }

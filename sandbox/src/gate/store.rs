@@ -35,7 +35,11 @@ impl VerdictStore {
     ///
     /// [`GateError::Store`] when neither the variable nor a home folder is set.
     pub fn from_env() -> Result<VerdictStore, GateError> {
-        let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+        let var = |k: &str| {
+            std::env::var_os(k)
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+        };
         default_dir(
             var(VERDICT_DIR_VAR),
             var("XDG_DATA_HOME"),
@@ -51,10 +55,9 @@ impl VerdictStore {
 
     /// Where `record` is kept.
     pub fn path_of(&self, record: &VerdictRecord) -> PathBuf {
-        self.dir.join(record.subject.key()).join(format!(
-            "{}-seed{}.json",
-            record.depth, record.seed
-        ))
+        self.dir
+            .join(record.subject.key())
+            .join(format!("{}-seed{}.json", record.depth, record.seed))
     }
 
     /// Saves `record` (sealed by the caller), replacing one of the same subject, depth and
@@ -159,7 +162,10 @@ mod tests {
     #[test]
     fn the_folder_comes_from_the_variable_then_xdg_then_home() {
         let p = |s: &str| Some(PathBuf::from(s));
-        assert_eq!(default_dir(p("/v"), p("/x"), p("/h")), Ok(PathBuf::from("/v")));
+        assert_eq!(
+            default_dir(p("/v"), p("/x"), p("/h")),
+            Ok(PathBuf::from("/v"))
+        );
         assert_eq!(
             default_dir(None, p("/x"), p("/h")),
             Ok(PathBuf::from("/x/emm/verdicts"))
