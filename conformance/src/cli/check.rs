@@ -10,7 +10,9 @@ use emm_sandbox::{load_plugin, PluginFactory, PluginLimits};
 use serde_json::json;
 
 use super::progress::{on_stderr, use_color};
-use super::{backend, resolve_plugin, Args, Command, EXIT_CANNOT_RUN, EXIT_FAIL, EXIT_PASS};
+use super::{
+    backend, resolve_plugin, Args, Command, BACKENDS, EXIT_CANNOT_RUN, EXIT_FAIL, EXIT_PASS,
+};
 use crate::config::{seed_from, Config, DEFAULT_REGRESSIONS, SEED_VAR};
 use crate::replay::{load, replay};
 use crate::verdict::record_of;
@@ -91,6 +93,8 @@ enum Mode {
 
 /// What a check prints and where its verdict goes.
 struct Output {
+    /// The backend to open once the plugin is admitted.
+    backend: String,
     json: bool,
     no_color: bool,
     /// The `--verdicts` folder, if given.
@@ -123,14 +127,22 @@ fn parse(mut a: Args) -> Result<Mode, Refusal> {
         Some(s) => s,
         None => seed_from(std::env::var(SEED_VAR).ok().as_deref())?,
     };
-    let backend = backend(backend_name.as_deref().unwrap_or("sim")).map_err(Refusal::CannotRun)?;
-    let mut config = Config::new(seed).backend(backend);
+    // The backend is opened after the plugin is loaded and, for hardware, admitted by the
+    // gate: an unchecked plugin hears what to run even where no GPU is.
+    let backend_name = backend_name.unwrap_or_else(|| "sim".to_string());
+    if !BACKENDS.contains(&backend_name.as_str()) {
+        return Err(Refusal::CannotRun(format!(
+            "no backend {backend_name:?}; this build has: {}",
+            BACKENDS.join(", ")
+        )));
+    }
+    let mut config = Config::new(seed);
     config.cases = cases.unwrap_or(config.cases);
     config.max_ops = ops.unwrap_or(config.max_ops).max(1);
     if let Some(t) = threads {
         config = config.threads(t);
     }
-    if config.backend.name() == "cuda" {
+    if backend_name == "cuda" {
         // One GPU: cases one at a time, so memory-info checks see only their own plugin.
         config = config.threads(1);
     }
@@ -142,6 +154,7 @@ fn parse(mut a: Args) -> Result<Mode, Refusal> {
         config.progress = on_stderr();
     }
     let out = Output {
+        backend: backend_name,
         json,
         no_color,
         verdicts,
@@ -189,7 +202,7 @@ fn load_for_check(plugin: &str, policy: &GatePolicy) -> Result<Loaded, String> {
     })
 }
 
-fn check(plugin: &str, config: Config, out: &Output) -> i32 {
+fn check(plugin: &str, mut config: Config, out: &Output) -> i32 {
     let json = out.json;
     let policy = match GatePolicy::from_env_with(out.verdicts.clone().map(VerdictStore::new)) {
         Ok(p) => p,
@@ -199,11 +212,18 @@ fn check(plugin: &str, config: Config, out: &Output) -> i32 {
         Ok(l) => l,
         Err(e) => return cannot_run(plugin, &e, json),
     };
-    let on_sim = config.backend.name() == "sim";
+    let on_sim = out.backend == "sim";
     if let (false, Some(f)) = (on_sim, &loaded.wasm) {
         // Refuse before the first case, with the gate's message, rather than in every case.
         if let Err(e) = f.admit_hardware() {
             return cannot_run(plugin, &e.to_string(), json);
+        }
+    }
+    match backend(&out.backend) {
+        Ok(b) => config = config.backend(b),
+        Err(e) => {
+            eprintln!("emm check: {e}");
+            return EXIT_CANNOT_RUN;
         }
     }
     quiet_panics();
