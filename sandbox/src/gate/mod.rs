@@ -9,7 +9,15 @@
 //! plugin's exact bytes at [`GatePolicy::min_depth`] or deeper lets it through; otherwise a
 //! [`GateError`] says why and which command to run. Every loading path goes through the
 //! factory (`EMM_MEMORY_MANAGER`, `emm check`, the Rust API, the C ABI), so every path is
-//! gated; the simulator never needs a verdict.
+//! gated; the simulator never needs a verdict. Not gated: a `PluginResource` or
+//! `PluginManager` built by hand from a `PluginModule` (the building blocks the factory uses,
+//! for tests and benchmarks); code that does so picks its own upstream memory and answers for
+//! it.
+//!
+//! The overrides (`EMM_GATE`, [`GateMode`]): `warn` lets an unchecked or shallowly checked
+//! plugin through with a warning naming the risk; it never lets through a plugin with a failed
+//! or an edited record. `allow-failed`, the loud form, lets anything through with a louder
+//! warning, for comparing a failing plugin on the simulator and on hardware.
 //!
 //! - [`content_hash`]: [`ContentHash`], the sha256 of a plugin.
 //! - [`subject`]: [`Subject`], what a verdict is about.
