@@ -53,8 +53,8 @@ exit status: 0 all checks pass, 1 a check fails, 2 the plugin cannot be loaded o
 fn run(args: Args) -> i32 {
     match parse(args) {
         Ok(Mode::Check(plugin, config, out)) => check(&plugin, config, &out),
-        Ok(Mode::Replay(plugin, backend_name, file, json)) => {
-            replay_file(&plugin, backend_name, &file, json)
+        Ok(Mode::Replay(plugin, backend_name, file, verdicts, json)) => {
+            replay_file(&plugin, backend_name, &file, verdicts, json)
         }
         Err(Refusal::Usage(e)) => {
             eprintln!("emm check: {e}\n\n{}", COMMAND.usage);
@@ -88,7 +88,7 @@ impl From<&str> for Refusal {
 
 enum Mode {
     Check(String, Config, Output),
-    Replay(String, Option<String>, PathBuf, bool),
+    Replay(String, Option<String>, PathBuf, Option<PathBuf>, bool),
 }
 
 /// What a check prints and where its verdict goes.
@@ -121,7 +121,8 @@ fn parse(mut a: Args) -> Result<Mode, Refusal> {
         .ok_or("name the plugin to check, e.g. `emm check default`")?;
     a.finish()?;
     if let Some(f) = file {
-        return Ok(Mode::Replay(plugin, backend_name, PathBuf::from(f), json));
+        let file = PathBuf::from(f);
+        return Ok(Mode::Replay(plugin, backend_name, file, verdicts, json));
     }
     let seed = match seed {
         Some(s) => s,
@@ -268,14 +269,20 @@ fn replay_file(
     plugin: &str,
     backend_name: Option<String>,
     file: &std::path::Path,
+    verdicts: Option<PathBuf>,
     json: bool,
 ) -> i32 {
     let r = match load(file) {
         Ok(r) => r,
         Err(e) => return cannot_run(plugin, &e, json),
     };
-    let factory = match resolve_plugin(plugin) {
-        Ok(f) => f,
+    // A replay on hardware goes through the gate like a check (the store of --verdicts).
+    let policy = match GatePolicy::from_env_with(verdicts.map(VerdictStore::new)) {
+        Ok(p) => p,
+        Err(e) => return cannot_run(plugin, &e.to_string(), json),
+    };
+    let factory = match load_for_check(plugin, &policy) {
+        Ok(l) => l.factory,
         Err(e) => return cannot_run(plugin, &e, json),
     };
     let b = match backend(backend_name.as_deref().unwrap_or(&r.backend)) {
