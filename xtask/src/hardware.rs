@@ -141,6 +141,15 @@ fn copy_dir(from: &Path, to: &Path) -> Result<(), Failure> {
     Ok(())
 }
 
+/// Where cargo builds: `CARGO_TARGET_DIR` (relative to the workspace, as cargo runs there),
+/// else the workspace's `target/`.
+fn cargo_target_dir() -> PathBuf {
+    let root = workspace_root();
+    std::env::var_os("CARGO_TARGET_DIR")
+        .filter(|v| !v.is_empty())
+        .map_or_else(|| root.join("target"), |d| root.join(d))
+}
+
 fn write(path: &Path, text: &str) -> Result<(), Failure> {
     std::fs::write(path, text).map_err(|e| fail(format!("cannot write {}: {e}", path.display())))
 }
@@ -168,7 +177,7 @@ fn bundle(plugins: &[PathBuf]) -> Result<PathBuf, Failure> {
         std::fs::create_dir_all(dir.join(sub))
             .map_err(|e| fail(format!("cannot create the bundle: {e}")))?;
     }
-    copy(&root.join("target/release/emm"), &dir.join("bin/emm"))?;
+    copy(&cargo_target_dir().join("release/emm"), &dir.join("bin/emm"))?;
     copy(&smoke, &dir.join("bin/emm-cuda-hardware"))?;
     copy_dir(&root.join("target/wasm"), &dir.join("wasm"))?;
     for p in plugins {
