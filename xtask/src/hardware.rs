@@ -177,7 +177,10 @@ fn bundle(plugins: &[PathBuf]) -> Result<PathBuf, Failure> {
         std::fs::create_dir_all(dir.join(sub))
             .map_err(|e| fail(format!("cannot create the bundle: {e}")))?;
     }
-    copy(&cargo_target_dir().join("release/emm"), &dir.join("bin/emm"))?;
+    copy(
+        &cargo_target_dir().join("release/emm"),
+        &dir.join("bin/emm"),
+    )?;
     copy(&smoke, &dir.join("bin/emm-cuda-hardware"))?;
     copy_dir(&root.join("target/wasm"), &dir.join("wasm"))?;
     for p in plugins {
