@@ -328,6 +328,10 @@ impl Driver for CudaDriver {
         "cuda"
     }
 
+    fn is_simulated(&self) -> bool {
+        false
+    }
+
     fn device_count(&self) -> DriverResult<u32> {
         Ok(self.devices.len() as u32)
     }

@@ -48,6 +48,9 @@ pub struct SimConfig {
     pub costs: CostModel,
     /// Faults injected from the start.
     pub faults: Vec<Fault>,
+    /// Whether the driver answers `false` to `Driver::is_simulated`, as a real GPU does: for
+    /// tests of what happens only on hardware (the plugin gate), without a GPU.
+    pub present_as_hardware: bool,
 }
 
 impl Default for SimConfig {
@@ -68,6 +71,7 @@ impl Default for SimConfig {
             supports_ipc: true,
             costs: CostModel::default(),
             faults: Vec::new(),
+            present_as_hardware: false,
         }
     }
 }
@@ -114,6 +118,14 @@ impl SimConfig {
     /// Adds a fault injected from the start.
     pub fn fault(mut self, fault: Fault) -> Self {
         self.faults.push(fault);
+        self
+    }
+
+    /// Presents the machine as hardware (`Driver::is_simulated` answers `false`): the
+    /// stubbed device of the plugin gate's tests, which take the path a real GPU takes.
+    /// Default: off.
+    pub fn present_as_hardware(mut self, on: bool) -> Self {
+        self.present_as_hardware = on;
         self
     }
 

@@ -313,6 +313,11 @@ impl Driver for SimDriver {
         "sim"
     }
 
+    fn is_simulated(&self) -> bool {
+        // A test machine may present itself as hardware, to exercise the plugin gate.
+        !self.lock().cfg.present_as_hardware
+    }
+
     fn device_count(&self) -> DriverResult<u32> {
         self.call(CallKind::DeviceCount, [0; 3], |st, _| Ok(st.cfg.devices))
     }

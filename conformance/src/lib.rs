@@ -26,6 +26,7 @@
 //! - [`sim_backend`]: [`SimBackend`], the simulated GPU.
 //! - [`cuda_backend`]: [`CudaBackend`], the real GPU.
 //! - [`cli`]: the `emm` command-line tool's subcommands.
+//! - [`verdict`]: a run's verdict as a record of the gate's store ([`emm_sandbox::gate`]).
 
 pub mod assertions;
 pub mod backend;
@@ -41,6 +42,7 @@ pub mod sim_backend;
 pub mod strategy;
 pub mod sut;
 pub mod transition;
+pub mod verdict;
 
 pub use backend::{Backend, Machine, Observes};
 pub use checks::{CheckId, CHECKS};

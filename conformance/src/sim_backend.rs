@@ -17,17 +17,28 @@ pub const SIM_MEMORY: u64 = GIB;
 #[derive(Debug, Clone)]
 pub struct SimBackend {
     memory: u64,
+    hardware: bool,
 }
 
 impl SimBackend {
     /// A backend whose machines have one device of [`SIM_MEMORY`] bytes.
     pub fn new() -> Self {
-        SimBackend { memory: SIM_MEMORY }
+        SimBackend {
+            memory: SIM_MEMORY,
+            hardware: false,
+        }
     }
 
     /// With `bytes` of device memory per machine.
     pub fn with_memory(mut self, bytes: u64) -> Self {
         self.memory = bytes;
+        self
+    }
+
+    /// With machines that present themselves as hardware (`Driver::is_simulated` is false):
+    /// the stubbed device that takes a `.wasm` plugin through the gate as a real GPU does.
+    pub fn present_as_hardware(mut self, on: bool) -> Self {
+        self.hardware = on;
         self
     }
 }
@@ -48,7 +59,10 @@ impl Backend for SimBackend {
     }
 
     fn machine(&self, seed: u64) -> Result<Box<dyn Machine>, String> {
-        let driver = SimDriver::new(SimConfig::new(seed).memory_per_device(self.memory))?;
+        let config = SimConfig::new(seed)
+            .memory_per_device(self.memory)
+            .present_as_hardware(self.hardware);
+        let driver = SimDriver::new(config)?;
         // The second process and its doorbell exist from the start, so that the doorbell
         // never competes with the plugin for memory (the baseline includes it).
         let second = driver.process();

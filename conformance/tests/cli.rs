@@ -20,11 +20,11 @@ fn exit_status_is_0_on_pass_1_on_a_failed_check_2_when_the_plugin_cannot_run() {
     )
     .unwrap();
     assert_eq!(
-        emm("check default --seed 4 --cases 8 --no-regressions --json"),
+        emm("check default --seed 4 --cases 8 --no-regressions --no-verdict --json"),
         EXIT_PASS
     );
     assert_eq!(
-        emm("check zoo-misaligned --seed 4 --cases 8 --no-regressions"),
+        emm("check zoo-misaligned --seed 4 --cases 8 --no-regressions --no-verdict"),
         EXIT_FAIL
     );
     assert_eq!(
@@ -53,7 +53,7 @@ fn a_replay_from_the_command_line_gives_the_recorded_verdict() {
     let dir = std::env::temp_dir().join(format!("emm-cli-replay-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let args = format!(
-        "check zoo-leak --seed 8 --cases 4 --json --regressions {}",
+        "check zoo-leak --seed 8 --cases 4 --json --no-verdict --regressions {}",
         dir.display()
     );
     assert_eq!(emm(&args), EXIT_FAIL);

@@ -225,6 +225,14 @@ pub trait Driver: Send + Sync + 'static {
     /// A short name of the backend, e.g. `sim` or `cuda`.
     fn backend_name(&self) -> &'static str;
 
+    /// Whether this driver is a simulated GPU, where memory is not real and an unproven
+    /// plugin can do no harm. The plugin gate (`emm-sandbox`) asks it: only a simulated
+    /// driver may run a `.wasm` plugin without a passing verdict. The default is `false`,
+    /// so a driver that does not say is treated as hardware.
+    fn is_simulated(&self) -> bool {
+        false
+    }
+
     // ---- devices and contexts ------------------------------------------------------------
 
     /// Number of devices (`cuDeviceGetCount`).
@@ -444,6 +452,10 @@ impl<T: Driver + ?Sized> Driver for std::sync::Arc<T> {
     #[inline]
     fn backend_name(&self) -> &'static str {
         (**self).backend_name()
+    }
+    #[inline]
+    fn is_simulated(&self) -> bool {
+        (**self).is_simulated()
     }
     #[inline]
     fn device_count(&self) -> DriverResult<u32> {

@@ -4,6 +4,7 @@ use emm_core::contract::EmmError;
 use emm_core::units::Bytes;
 
 use crate::fault::Breach;
+use crate::gate::GateError;
 
 /// Why loading, starting or calling a plugin failed. Every message names the plugin (or file),
 /// what went wrong and what to do.
@@ -107,6 +108,16 @@ pub enum SandboxError {
     /// The plugin broke a rule or a limit, during start-up or a call, and is quarantined.
     #[error(transparent)]
     Quarantined(#[from] Breach),
+    /// The gate refuses to run the plugin on a real GPU (no passing verdict, a failed or an
+    /// edited one), or cannot decide; the message says which command to run.
+    #[error(transparent)]
+    Refused(Box<GateError>),
+}
+
+impl From<GateError> for SandboxError {
+    fn from(e: GateError) -> Self {
+        SandboxError::Refused(Box::new(e))
+    }
 }
 
 impl SandboxError {
@@ -121,6 +132,20 @@ impl SandboxError {
 
 impl From<SandboxError> for EmmError {
     fn from(e: SandboxError) -> Self {
+        if let SandboxError::Refused(g) = &e {
+            if let GateError::BadSetting {
+                variable,
+                value,
+                reason,
+            } = g.as_ref()
+            {
+                return EmmError::InvalidConfig {
+                    setting: variable,
+                    value: value.clone(),
+                    reason: reason.clone(),
+                };
+            }
+        }
         EmmError::InvalidConfig {
             setting: "EMM_MEMORY_MANAGER (wasm plugin)",
             value: plugin_of(&e).to_string(),
@@ -142,5 +167,13 @@ fn plugin_of(e: &SandboxError) -> &str {
         | SandboxError::InvalidConfig { plugin, .. }
         | SandboxError::Instantiate { plugin, .. } => plugin,
         SandboxError::Quarantined(b) => &b.plugin,
+        SandboxError::Refused(g) => match g.as_ref() {
+            GateError::Unchecked { plugin, .. }
+            | GateError::TooShallow { plugin, .. }
+            | GateError::Failed { plugin, .. }
+            | GateError::Tampered { plugin, .. }
+            | GateError::NoContentHash { plugin } => plugin,
+            _ => "the verdict store",
+        },
     }
 }

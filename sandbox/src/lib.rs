@@ -17,7 +17,10 @@
 //! - `control`: its reset, trim, defer-cleanup scopes, statistics, breaches and logs.
 //! - [`stats`]: [`PluginStats`], the host's snapshot of a plugin.
 //! - [`manager`]: [`PluginManager`], a plugin as a `MemoryManager`.
-//! - [`factory`]: [`PluginFactory`] and the `EMM_MEMORY_MANAGER` loader ([`install_loader`]).
+//! - [`factory`]: [`PluginFactory`], [`load_plugin`] and the `EMM_MEMORY_MANAGER` loader
+//!   ([`install_loader`]); the one way in, and where the gate stands.
+//! - [`gate`]: the gate: a plugin runs on a real GPU only with a passing verdict
+//!   ([`GatePolicy`], [`VerdictStore`], [`VerdictRecord`], [`GateError`]).
 //! - [`host`]: the host functions a guest imports, [`LogLine`].
 //! - `registry`: chunks and live allocations, with `chunk`, `live_map` (live allocations by
 //!   address) and `start_bitmap` (where a chunk's allocations start) behind its O(1) checks;
@@ -34,6 +37,7 @@ pub mod error;
 mod exports;
 pub mod factory;
 pub mod fault;
+pub mod gate;
 pub mod host;
 mod instance;
 pub mod limits;
@@ -47,8 +51,11 @@ pub mod stats;
 mod ticker;
 
 pub use error::SandboxError;
-pub use factory::{install_loader, loader, PluginFactory, CONFIG_ENV_VAR};
+pub use factory::{install_loader, load_plugin, loader, PluginFactory, CONFIG_ENV_VAR};
 pub use fault::{Breach, PluginFault, Rule};
+pub use gate::{
+    Admission, ContentHash, Depth, GateError, GateMode, GatePolicy, VerdictRecord, VerdictStore,
+};
 pub use host::LogLine;
 pub use limits::PluginLimits;
 pub use manager::PluginManager;

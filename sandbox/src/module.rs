@@ -15,6 +15,7 @@ use crate::abi;
 use crate::error::SandboxError;
 use crate::exports::{check_exports, check_imports};
 use crate::fault::{Breach, PluginFault};
+use crate::gate::ContentHash;
 use crate::host::{linker, HostState};
 use crate::instance::{Exports, PluginInstance};
 use crate::limits::PluginLimits;
@@ -29,6 +30,8 @@ pub struct PluginModule {
     pre: InstancePre<HostState>,
     limits: PluginLimits,
     config: Vec<u8>,
+    // The sha256 of the bytes it was compiled from (none when loaded precompiled).
+    content_hash: Option<ContentHash>,
     // Advances the engine's epoch while the module lives (only with a deadline).
     _ticker: Option<Ticker>,
 }
@@ -39,6 +42,7 @@ impl std::fmt::Debug for PluginModule {
             .field("name", &self.name)
             .field("limits", &self.limits)
             .field("config_bytes", &self.config.len())
+            .field("content_hash", &self.content_hash)
             .finish_non_exhaustive()
     }
 }
@@ -119,7 +123,9 @@ impl PluginModule {
             plugin: plugin.clone(),
             reason: format!("{e}"),
         })?;
-        PluginModule::checked(plugin, engine, &module, limits, config)
+        // Hashed here, once: the verdict the gate looks up is for exactly these bytes.
+        let hash = ContentHash::of(bytes);
+        PluginModule::checked(plugin, engine, &module, limits, config, Some(hash))
     }
 
     fn checked(
@@ -128,6 +134,7 @@ impl PluginModule {
         module: &Module,
         limits: PluginLimits,
         config: Vec<u8>,
+        content_hash: Option<ContentHash>,
     ) -> Result<PluginModule, SandboxError> {
         check_imports(&plugin, module)?;
         check_exports(&plugin, module)?;
@@ -158,6 +165,7 @@ impl PluginModule {
             pre,
             limits,
             config,
+            content_hash,
             _ticker: ticker,
         })
     }
@@ -170,6 +178,13 @@ impl PluginModule {
     /// The limits it runs under.
     pub fn limits(&self) -> &PluginLimits {
         &self.limits
+    }
+
+    /// The sha256 of the bytes it was compiled from, under which its verdicts are kept;
+    /// `None` for a module loaded with [`PluginModule::from_precompiled`] (the gate refuses
+    /// such a module on hardware).
+    pub fn content_hash(&self) -> Option<ContentHash> {
+        self.content_hash
     }
 
     /// The module compiled for this host, to be loaded later with
@@ -225,7 +240,7 @@ impl PluginModule {
                 plugin: plugin.clone(),
                 reason: format!("{e}"),
             })?;
-        PluginModule::checked(plugin, engine, &module, limits, config)
+        PluginModule::checked(plugin, engine, &module, limits, config, None)
     }
 
     /// A fresh instance: it gets `registry` (chunks of earlier instances stay there as

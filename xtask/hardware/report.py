@@ -43,6 +43,8 @@ for name in plugins:
         row["sim"] = sim.get("passed")
     if cuda:
         row["cuda"] = cuda.get("passed")
+        # Set when the run could not start: the gate refused the plugin, or no GPU.
+        row["cuda_error"] = cuda.get("error")
         sim_checks = {c["name"]: c for c in (sim or {}).get("checks", [])}
         for c in cuda.get("checks", []):
             s = sim_checks.get(c["name"])
@@ -58,21 +60,39 @@ for name in plugins:
 bench = lines(os.path.join(res, "bench-emm.jsonl"))
 sim_bench = lines(os.path.join(res, "bench-sim.jsonl"))
 report = {"env": env, "conformance": verdicts, "bench": bench, "bench_sim": sim_bench}
-with open(os.path.join(res, "report.json"), "w") as f:
-    json.dump(report, f, indent=1)
 
 out = ["# emm hardware run", "", "```", env.strip(), "```", "", "## Conformance: simulated GPU vs this GPU", "",
        "| plugin | sim | cuda | checks that differ | skipped on cuda (not observable there) |", "|---|---|---|---|---|"]
 fmt = {True: "pass", False: "FAIL", None: "not run"}
 for v in verdicts:
     diff = ", ".join(d["check"] for d in v["differences"]) or "none"
-    out.append(f"| {v['plugin']} | {fmt[v['sim']]} | {fmt[v['cuda']]} | {diff} | {len(v.get('cuda_skipped', []))} |")
-skipped = open(os.path.join(res, "skipped.txt")).read().strip() if os.path.exists(os.path.join(res, "skipped.txt")) else ""
+    cuda = "cannot run" if v.get("cuda_error") else fmt[v["cuda"]]
+    out.append(f"| {v['plugin']} | {fmt[v['sim']]} | {cuda} | {diff} | {len(v.get('cuda_skipped', []))} |")
+def text(name):
+    path = os.path.join(res, name)
+    return open(path).read().strip() if os.path.exists(path) else ""
+
+
+skipped = text("skipped.txt")
+report["skipped"] = skipped.splitlines()
 if skipped:
-    out += ["", "Not run on hardware:", "", skipped]
+    out += ["", "Not run on hardware (each failed on the simulated GPU first):", ""] + [f"- {l}" for l in skipped.splitlines()]
+refused = [v for v in verdicts if v.get("cuda_error")]
+if refused:
+    out += ["", "Could not run on hardware (the gate refused it, or no GPU):", ""]
+    out += [f"- {v['plugin']}: {v['cuda_error']}" for v in refused]
 for v in verdicts:
     for d in v["differences"]:
         out.append(f"\n- {v['plugin']} / {d['check']}: sim {fmt[d['sim']]}, cuda {fmt[d['cuda']]}: {d['cuda_failure']}")
+gate = text("gate.txt")
+report["gate"] = gate.splitlines()
+if gate:
+    wrong = sum(1 for l in gate.splitlines() if l.startswith("WRONG"))
+    out += ["", "## The gate on this GPU", "",
+            f"Each line: a plugin run through the gate on this GPU and what the gate must answer ({wrong} wrong).", ""]
+    out += [f"- {l}" for l in gate.splitlines()]
+with open(os.path.join(res, "report.json"), "w") as f:
+    json.dump(report, f, indent=1)
 out += ["", "## Standard workloads on this GPU (`emm bench --backend cuda`)", "",
         "| resource | W1 ns/op | W2 ns/op | W3 ns/op | held / peak live W1 · W2 · W3 |", "|---|---:|---:|---:|---|"]
 by = {}

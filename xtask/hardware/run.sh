@@ -1,19 +1,25 @@
 #!/usr/bin/env bash
 # emm's hardware run, from the bundle `cargo xtask hardware --bundle-only` builds. On a GPU
 # machine (no Rust toolchain needed): the hardware smoke tests; the conformance suite for every
-# plugin on the simulated GPU first and then on this GPU (a plugin that fails on the simulator
-# is not run on hardware); the standard workloads for every emm resource; the peers (RMM,
-# PyTorch, CuPy, CUDA) on the same workloads in the same run; then report.md and report.json.
+# plugin on the simulated GPU first, recording its verdict, and then on this GPU through the
+# gate (a plugin that fails on the simulator is not run on hardware: skipped.txt says why);
+# the gate's own checks on this GPU (gate.txt); the standard workloads for every emm resource;
+# the peers (RMM, PyTorch, CuPy, CUDA) on the same workloads in the same run; then report.md
+# and report.json.
 #
 # Environment: RESULTS (default: results/ beside this script), EMM_SEED (default 1),
-# PARTS (default smoke,check,bench,peers: which parts run; split them across calls where one
-# call may not run long), ANCHOR_BUDGET_S for the peers' time budget.
+# PARTS (default smoke,check,gate,bench,peers: which parts run; split them across calls where
+# one call may not run long), ANCHOR_BUDGET_S for the peers' time budget, EMM_VERDICT_DIR (the
+# verdict store of the check part; default $RESULTS/verdicts).
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 RESULTS=${RESULTS:-$HERE/results}
 SEED=${EMM_SEED:-1}
 EMM=$HERE/bin/emm
-PARTS=${PARTS:-smoke,check,bench,peers}
+PARTS=${PARTS:-smoke,check,gate,bench,peers}
+VERDICTS=${EMM_VERDICT_DIR:-$RESULTS/verdicts}
+# The gate is enforced here whatever the caller's environment says.
+unset EMM_GATE EMM_GATE_MIN_DEPTH
 part() { case ",$PARTS," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 mkdir -p "$RESULTS"
 {
@@ -32,21 +38,67 @@ fi
 
 if part check; then
 : > "$RESULTS/skipped.txt"
-for p in default pool pool-vmm arena binning async managed "$HERE"/wasm/*.wasm; do
+# gate/known_bad.wasm fails on the simulator: it shows a plugin kept off the GPU, and why.
+for p in default pool pool-vmm arena binning async managed "$HERE"/wasm/*.wasm "$HERE"/gate/known_bad.wasm; do
   [ -e "$p" ] || [ "${p%.wasm}" = "$p" ] || continue
   name=$(basename "$p" .wasm)
   echo "==> check $name"
-  "$EMM" check "$p" --backend sim --seed "$SEED" --no-regressions --json \
+  "$EMM" check "$p" --backend sim --seed "$SEED" --no-regressions --json --verdicts "$VERDICTS" \
     > "$RESULTS/check-sim-$name.json" 2> "$RESULTS/check-sim-$name.err"
   rc=$?
   if [ "$rc" -ne 0 ]; then
-    echo "$name: fails the contract on the simulated GPU (exit $rc): not run on hardware" >> "$RESULTS/skipped.txt"
+    why=$(python3 - "$RESULTS/check-sim-$name.json" <<'PY'
+import json, sys
+try:
+    r = json.load(open(sys.argv[1]))
+except (OSError, ValueError):
+    r = {}
+failed = [c["name"] for c in r.get("checks", []) if c.get("failure")]
+print(("failed: " + ", ".join(failed)) if failed else (r.get("error") or "no report"))
+PY
+)
+    echo "$name: fails the contract on the simulated GPU (exit $rc; $why): not run on hardware" >> "$RESULTS/skipped.txt"
+    echo "  fails on the simulator ($why): not run on hardware"
     continue
   fi
-  "$EMM" check "$p" --backend cuda --seed "$SEED" --no-regressions --json \
+  # The sim run recorded a passing verdict at the default depth: the gate lets it through.
+  "$EMM" check "$p" --backend cuda --seed "$SEED" --no-regressions --json --verdicts "$VERDICTS" \
     > "$RESULTS/check-cuda-$name.json" 2> "$RESULTS/check-cuda-$name.err"
   echo "  cuda exit $?"
 done
+fi
+
+if part gate; then
+echo "==> the gate on this GPU"
+G=$RESULTS/gate-verdicts
+rm -rf "$G" "$RESULTS/gate-plugins"; mkdir -p "$RESULTS/gate-plugins"
+: > "$RESULTS/gate.txt"
+# expect NAME WANT_EXIT WANT_TEXT -- command...: runs it, keeps its stderr, notes the verdict.
+expect() {
+  local name=$1 want=$2 text=$3; shift 4
+  "$@" > "$RESULTS/gate-$name.out" 2> "$RESULTS/gate-$name.err"
+  local rc=$? ok=ok
+  [ "$rc" -eq "$want" ] || ok=WRONG
+  grep -q -- "$text" "$RESULTS/gate-$name.err" "$RESULTS/gate-$name.out" || ok=WRONG
+  echo "$ok $name: exit $rc (want $want, text \"$text\"): $(grep -m1 -o -- "$text.\{0,160\}" "$RESULTS/gate-$name.err" "$RESULTS/gate-$name.out" | head -1 | cut -d: -f2-)" >> "$RESULTS/gate.txt"
+}
+FF=$HERE/wasm/first_fit.wasm
+CHANGED=$RESULTS/gate-plugins/first_fit_changed.wasm
+# The module ends with its data section: flipping the last byte keeps it valid.
+python3 -c "import sys; b = bytearray(open(sys.argv[1], 'rb').read()); b[-1] ^= 1; open(sys.argv[2], 'wb').write(b)" "$FF" "$CHANGED"
+expect unchecked 2 "has no verdict" -- "$EMM" check "$CHANGED" --backend cuda --cases 8 --ops 16 --seed "$SEED" --no-regressions --verdicts "$G"
+expect checked-shallow 0 "passed" -- "$EMM" check "$CHANGED" --backend sim --cases 8 --ops 16 --seed "$SEED" --no-regressions --verdicts "$G"
+expect too-shallow 2 "passed the EMM contract only to depth 8x16" -- "$EMM" check "$CHANGED" --backend cuda --cases 8 --ops 16 --seed "$SEED" --no-regressions --verdicts "$G"
+expect min-depth 0 "passed" -- env EMM_GATE_MIN_DEPTH=8x16 "$EMM" check "$CHANGED" --backend cuda --cases 8 --ops 16 --seed "$SEED" --no-regressions --verdicts "$G"
+expect override 0 "EMM_GATE=warn: plugin" -- env EMM_GATE=warn "$EMM" check "$FF" --backend cuda --cases 8 --ops 16 --seed "$SEED" --no-regressions --verdicts "$G"
+expect known-bad-sim 1 "FAILED" -- "$EMM" check "$HERE/gate/known_bad.wasm" --backend sim --cases 8 --ops 16 --seed "$SEED" --no-regressions --verdicts "$G"
+expect known-bad-cuda 2 "FAILED the EMM contract" -- env EMM_GATE=warn "$EMM" check "$HERE/gate/known_bad.wasm" --backend cuda --cases 8 --ops 16 --seed "$SEED" --no-regressions --verdicts "$G"
+record=$(ls "$G"/*/8x16-seed*.json 2>/dev/null | head -1)
+if [ -n "$record" ]; then
+  sed -i 's/"passed": false/"passed": true/' "$G"/*/8x16-seed*.json
+  expect tampered 2 "cannot be trusted" -- "$EMM" check "$HERE/gate/known_bad.wasm" --backend cuda --cases 8 --ops 16 --seed "$SEED" --no-regressions --verdicts "$G"
+fi
+cat "$RESULTS/gate.txt"
 fi
 
 if part bench; then

@@ -1,8 +1,11 @@
-//! `cargo xtask hardware [--bundle-only]`: builds a self-contained bundle for a GPU machine
-//! (release `emm`, the hardware smoke tests, the wasm plugins, the peers' harness, a run
-//! script and its report maker) into `target/hardware/`, and runs it when this machine has a
-//! GPU. A GPU machine without a Rust toolchain runs `target/hardware/run.sh` itself.
+//! `cargo xtask hardware [--bundle-only] [--plugin PATH]...`: builds a self-contained bundle
+//! for a GPU machine (release `emm`, the hardware smoke tests, the wasm plugins and those
+//! given, a known-bad plugin for the gate's checks, the peers' harness, a run script and its
+//! report maker) into `target/hardware/`, and runs it when this machine has a GPU. A GPU
+//! machine without a Rust toolchain runs `target/hardware/run.sh` itself; it checks every
+//! plugin on the simulator first and runs on the GPU only those that pass (issue 12).
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -11,6 +14,59 @@ use crate::{cargo, run, wasm, workspace_root, Failure};
 /// The run script and the report maker, shipped in the bundle.
 const RUN_SH: &str = include_str!("../hardware/run.sh");
 const REPORT_PY: &str = include_str!("../hardware/report.py");
+/// The sandbox's hostile fixture, made a plain bump allocator below: it never frees, so it
+/// fails the contract on the simulator, and the gate must keep it off the GPU.
+const HOSTILE_WAT: &str = include_str!("../../sandbox/tests/fixtures/hostile.wat");
+
+/// What `cargo xtask hardware` was asked.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) struct HardwareArgs {
+    /// Build the bundle only, even on a GPU machine.
+    bundle_only: bool,
+    /// Further `.wasm` plugins to check (simulator first, then the GPU).
+    plugins: Vec<PathBuf>,
+}
+
+/// Reads `[--bundle-only] [--plugin PATH]...`.
+pub(crate) fn parse(rest: &[OsString]) -> Result<HardwareArgs, String> {
+    let mut args = HardwareArgs::default();
+    let mut it = rest.iter();
+    while let Some(a) = it.next() {
+        match a.to_string_lossy().as_ref() {
+            "--bundle-only" => args.bundle_only = true,
+            "--plugin" => {
+                let path = it
+                    .next()
+                    .ok_or("--plugin needs the path of a .wasm plugin after it")?;
+                args.plugins.push(PathBuf::from(path));
+            }
+            other => {
+                return Err(format!(
+                    "`hardware` takes --bundle-only and --plugin PATH.wasm, not `{other}`"
+                ))
+            }
+        }
+    }
+    for p in &args.plugins {
+        if p.extension().is_none_or(|x| x != "wasm") || !p.is_file() {
+            return Err(format!(
+                "--plugin {}: give an existing .wasm file",
+                p.display()
+            ));
+        }
+    }
+    Ok(args)
+}
+
+/// The known-bad plugin's text (wasmtime reads WAT as well as binary).
+fn known_bad_plugin() -> String {
+    HOSTILE_WAT
+        .replace("HOSTILE", "(nop)")
+        .replace("NTH", "0")
+        .replace("VERSION", "1")
+        .replace("INIT_STATUS", "0")
+        .replace("FREE_STATUS", "0")
+}
 
 fn fail(reason: String) -> Failure {
     Failure {
@@ -85,12 +141,21 @@ fn copy_dir(from: &Path, to: &Path) -> Result<(), Failure> {
     Ok(())
 }
 
+/// Where cargo builds: `CARGO_TARGET_DIR` (relative to the workspace, as cargo runs there),
+/// else the workspace's `target/`.
+fn cargo_target_dir() -> PathBuf {
+    let root = workspace_root();
+    std::env::var_os("CARGO_TARGET_DIR")
+        .filter(|v| !v.is_empty())
+        .map_or_else(|| root.join("target"), |d| root.join(d))
+}
+
 fn write(path: &Path, text: &str) -> Result<(), Failure> {
     std::fs::write(path, text).map_err(|e| fail(format!("cannot write {}: {e}", path.display())))
 }
 
-/// Builds the bundle; returns its folder.
-fn bundle() -> Result<PathBuf, Failure> {
+/// Builds the bundle with the extra `plugins`; returns its folder.
+fn bundle(plugins: &[PathBuf]) -> Result<PathBuf, Failure> {
     let root = workspace_root();
     wasm()?;
     run(
@@ -108,13 +173,28 @@ fn bundle() -> Result<PathBuf, Failure> {
     let smoke = test_executable("emm-cuda", "hardware")?;
     let dir = root.join("target").join("hardware");
     let _ = std::fs::remove_dir_all(&dir);
-    for sub in ["bin", "wasm"] {
+    for sub in ["bin", "wasm", "gate"] {
         std::fs::create_dir_all(dir.join(sub))
             .map_err(|e| fail(format!("cannot create the bundle: {e}")))?;
     }
-    copy(&root.join("target/release/emm"), &dir.join("bin/emm"))?;
+    copy(
+        &cargo_target_dir().join("release/emm"),
+        &dir.join("bin/emm"),
+    )?;
     copy(&smoke, &dir.join("bin/emm-cuda-hardware"))?;
     copy_dir(&root.join("target/wasm"), &dir.join("wasm"))?;
+    for p in plugins {
+        let name = p.file_name().map(PathBuf::from).unwrap_or_default();
+        if dir.join("wasm").join(&name).exists() {
+            return Err(fail(format!(
+                "--plugin {}: the bundle already has a plugin named {}; rename the file",
+                p.display(),
+                name.display()
+            )));
+        }
+        copy(p, &dir.join("wasm").join(name))?;
+    }
+    write(&dir.join("gate/known_bad.wasm"), &known_bad_plugin())?;
     // The peers' harness sits beside the checkout (shared/peers); the bundle works without it.
     let peers = root.join("../shared/peers");
     if peers.is_dir() {
@@ -154,10 +234,10 @@ fn has_gpu() -> bool {
         .is_ok_and(|s| s.success())
 }
 
-/// `cargo xtask hardware [--bundle-only]`.
-pub(crate) fn hardware(bundle_only: bool) -> Result<(), Failure> {
-    let dir = bundle()?;
-    if bundle_only {
+/// `cargo xtask hardware [--bundle-only] [--plugin PATH]...`.
+pub(crate) fn hardware(args: &HardwareArgs) -> Result<(), Failure> {
+    let dir = bundle(&args.plugins)?;
+    if args.bundle_only {
         eprintln!(
             "==> hardware: --bundle-only: on the GPU machine run `bash {}/run.sh`",
             dir.display()
@@ -171,4 +251,25 @@ pub(crate) fn hardware(bundle_only: bool) -> Result<(), Failure> {
     let mut cmd = Command::new("bash");
     cmd.arg(dir.join("run.sh"));
     run("hardware: run", cmd)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arguments_are_read_and_bad_ones_refused() {
+        let os = |v: &[&str]| v.iter().map(OsString::from).collect::<Vec<_>>();
+        assert_eq!(parse(&[]), Ok(HardwareArgs::default()));
+        assert!(parse(&os(&["--bundle-only"])).is_ok_and(|a| a.bundle_only));
+        assert!(parse(&os(&["--plugin"])).is_err());
+        let e = parse(&os(&["--plugin", "/nonexistent/x.wasm"])).unwrap_err();
+        assert!(e.contains("give an existing .wasm file"), "{e}");
+        assert!(parse(&os(&["--frob"])).is_err());
+        // The known-bad plugin is the fixture with every placeholder filled in.
+        let wat = known_bad_plugin();
+        assert!(["HOSTILE", "NTH", "VERSION", "INIT_STATUS", "FREE_STATUS"]
+            .iter()
+            .all(|p| !wat.contains(p)));
+    }
 }

@@ -6,7 +6,8 @@
 //!   the `.wasm` files to `target/wasm/`, where the sandbox's tests and benchmarks find them.
 //! - `demo [args...]`: the simulated GPU's scripted demo (`emm-sim`'s `demo` example).
 //! - `bench`: the benchmarks.
-//! - `hardware [--bundle-only]`: the GPU bundle (see [`hardware`]), run here if there is a GPU.
+//! - `hardware [--bundle-only] [--plugin PATH]...`: the GPU bundle (see [`hardware`]), run here
+//!   if there is a GPU.
 //! - `help`: the usage text.
 //!
 //! Progress lines (`==> step`) and errors go to stderr, so a command's own output on stdout stays
@@ -35,10 +36,12 @@ commands:
                    args are passed to it), then the conformance suite against every built-in
                    manager and the example wasm plugins
   bench            run the benchmarks (emm-sim)
-  hardware [--bundle-only]
-                   build target/hardware/ (release emm, smoke tests, wasm plugins, the peers,
-                   run.sh) and, on a GPU machine, run it: the conformance suite on the
-                   simulator then the GPU, the workloads beside the peers, report.md
+  hardware [--bundle-only] [--plugin PATH.wasm]...
+                   build target/hardware/ (release emm, smoke tests, wasm plugins and those
+                   given with --plugin, the peers, run.sh) and, on a GPU machine, run it:
+                   every plugin on the simulator first, then on the GPU only if it passed
+                   there (through the gate), the gate's own checks, the workloads beside
+                   the peers, report.md
   help             print this text";
 
 /// The rustup targets `test` installs: the sandbox's plugin ABI and WASI builds.
@@ -84,15 +87,9 @@ fn main() -> ExitCode {
             "wasm" => no_args("wasm", &rest).unwrap_or_else(|| result(wasm())),
             "demo" => result(demo(&rest)),
             "bench" => no_args("bench", &rest).unwrap_or_else(|| result(bench())),
-            "hardware" => match rest
-                .iter()
-                .map(|a| a.to_string_lossy())
-                .collect::<Vec<_>>()
-                .as_slice()
-            {
-                [] => result(hardware::hardware(false)),
-                [flag] if flag == "--bundle-only" => result(hardware::hardware(true)),
-                _ => Outcome::Usage("`hardware` takes only --bundle-only".to_owned()),
+            "hardware" => match hardware::parse(&rest) {
+                Ok(args) => result(hardware::hardware(&args)),
+                Err(e) => Outcome::Usage(e),
             },
             other => Outcome::Usage(format!("unknown command `{other}`")),
         },

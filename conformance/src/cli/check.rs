@@ -1,14 +1,21 @@
 //! `emm check <plugin>`: runs the suite against a plugin, or replays one regression file.
 
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
+use emm_core::contract::ManagerFactory;
+use emm_sandbox::gate::{GatePolicy, Subject, VerdictStore};
+use emm_sandbox::{load_plugin, PluginFactory, PluginLimits};
 use serde_json::json;
 
 use super::progress::{on_stderr, use_color};
-use super::{backend, resolve_plugin, Args, Command, EXIT_CANNOT_RUN, EXIT_FAIL, EXIT_PASS};
+use super::{
+    backend, resolve_plugin, Args, Command, BACKENDS, EXIT_CANNOT_RUN, EXIT_FAIL, EXIT_PASS,
+};
 use crate::config::{seed_from, Config, DEFAULT_REGRESSIONS, SEED_VAR};
 use crate::replay::{load, replay};
+use crate::verdict::record_of;
 
 /// `emm check`.
 pub const COMMAND: Command = Command {
@@ -26,9 +33,17 @@ flags:
   --threads N          cases run at once (default: every core)
   --regressions DIR    where failures are written (default .emm/regressions)
   --no-regressions     write no regression files
+  --verdicts DIR       the verdict store: a run on sim records its verdict there, and a
+                       .wasm plugin runs on cuda only with a passing one (default:
+                       $EMM_VERDICT_DIR, else ~/.local/share/emm/verdicts)
+  --no-verdict         record no verdict
   --replay FILE        run the case of a regression file again and give its verdict
   --json               print the report as JSON (for CI)
   --no-color           no colours
+
+A .wasm plugin runs on a real GPU only after it has passed on the simulated one, at the
+depth EMM_GATE_MIN_DEPTH asks (default 256x64, the default depth here); EMM_GATE=warn
+lets an unchecked plugin through with a warning (never one that failed).
 
 exit status: 0 all checks pass, 1 a check fails, 2 the plugin cannot be loaded or run
 ",
@@ -37,9 +52,9 @@ exit status: 0 all checks pass, 1 a check fails, 2 the plugin cannot be loaded o
 
 fn run(args: Args) -> i32 {
     match parse(args) {
-        Ok(Mode::Check(plugin, config, json, no_color)) => check(&plugin, config, json, no_color),
-        Ok(Mode::Replay(plugin, backend_name, file, json)) => {
-            replay_file(&plugin, backend_name, &file, json)
+        Ok(Mode::Check(plugin, config, out)) => check(&plugin, config, &out),
+        Ok(Mode::Replay(plugin, backend_name, file, verdicts, json)) => {
+            replay_file(&plugin, backend_name, &file, verdicts, json)
         }
         Err(Refusal::Usage(e)) => {
             eprintln!("emm check: {e}\n\n{}", COMMAND.usage);
@@ -72,8 +87,20 @@ impl From<&str> for Refusal {
 }
 
 enum Mode {
-    Check(String, Config, bool, bool),
-    Replay(String, Option<String>, PathBuf, bool),
+    Check(String, Config, Output),
+    Replay(String, Option<String>, PathBuf, Option<PathBuf>, bool),
+}
+
+/// What a check prints and where its verdict goes.
+struct Output {
+    /// The backend to open once the plugin is admitted.
+    backend: String,
+    json: bool,
+    no_color: bool,
+    /// The `--verdicts` folder, if given.
+    verdicts: Option<PathBuf>,
+    /// `--no-verdict`.
+    no_verdict: bool,
 }
 
 fn parse(mut a: Args) -> Result<Mode, Refusal> {
@@ -87,25 +114,36 @@ fn parse(mut a: Args) -> Result<Mode, Refusal> {
     let dir = a.value("--regressions")?;
     let no_dir = a.flag("--no-regressions");
     let file = a.value("--replay")?;
+    let verdicts = a.value("--verdicts")?.map(PathBuf::from);
+    let no_verdict = a.flag("--no-verdict");
     let plugin = a
         .positional()
         .ok_or("name the plugin to check, e.g. `emm check default`")?;
     a.finish()?;
     if let Some(f) = file {
-        return Ok(Mode::Replay(plugin, backend_name, PathBuf::from(f), json));
+        let file = PathBuf::from(f);
+        return Ok(Mode::Replay(plugin, backend_name, file, verdicts, json));
     }
     let seed = match seed {
         Some(s) => s,
         None => seed_from(std::env::var(SEED_VAR).ok().as_deref())?,
     };
-    let backend = backend(backend_name.as_deref().unwrap_or("sim")).map_err(Refusal::CannotRun)?;
-    let mut config = Config::new(seed).backend(backend);
+    // The backend is opened after the plugin is loaded and, for hardware, admitted by the
+    // gate: an unchecked plugin hears what to run even where no GPU is.
+    let backend_name = backend_name.unwrap_or_else(|| "sim".to_string());
+    if !BACKENDS.contains(&backend_name.as_str()) {
+        return Err(Refusal::CannotRun(format!(
+            "no backend {backend_name:?}; this build has: {}",
+            BACKENDS.join(", ")
+        )));
+    }
+    let mut config = Config::new(seed);
     config.cases = cases.unwrap_or(config.cases);
     config.max_ops = ops.unwrap_or(config.max_ops).max(1);
     if let Some(t) = threads {
         config = config.threads(t);
     }
-    if config.backend.name() == "cuda" {
+    if backend_name == "cuda" {
         // One GPU: cases one at a time, so memory-info checks see only their own plugin.
         config = config.threads(1);
     }
@@ -116,7 +154,14 @@ fn parse(mut a: Args) -> Result<Mode, Refusal> {
     if !json {
         config.progress = on_stderr();
     }
-    Ok(Mode::Check(plugin, config, json, no_color))
+    let out = Output {
+        backend: backend_name,
+        json,
+        no_color,
+        verdicts,
+        no_verdict,
+    };
+    Ok(Mode::Check(plugin, config, out))
 }
 
 /// Plugins' panics are caught and reported as failures; their default message would only
@@ -127,18 +172,79 @@ fn quiet_panics() {
     }
 }
 
-fn check(plugin: &str, config: Config, json: bool, no_color: bool) -> i32 {
-    let factory = match resolve_plugin(plugin) {
-        Ok(f) => f,
+/// A plugin loaded for a check: the factory, the sandbox's factory when it is a `.wasm`
+/// plugin (the gate's), and what its verdict is about.
+struct Loaded {
+    factory: Arc<dyn ManagerFactory>,
+    wasm: Option<PluginFactory>,
+    subject: Option<Subject>,
+}
+
+/// Loads `plugin`: a `.wasm` path through the sandbox's one way in (hashed once, gated by
+/// `policy`), anything else from the registry.
+fn load_for_check(plugin: &str, policy: &GatePolicy) -> Result<Loaded, String> {
+    if plugin.trim().ends_with(".wasm") {
+        let f = load_plugin(Path::new(plugin.trim()), PluginLimits::default())
+            .map_err(|e| e.to_string())?
+            .with_gate(policy.clone());
+        let subject = f.module().content_hash().map(Subject::wasm);
+        return Ok(Loaded {
+            factory: Arc::new(f.clone()),
+            wasm: Some(f),
+            subject,
+        });
+    }
+    let factory = resolve_plugin(plugin)?;
+    let subject = Some(Subject::builtin(factory.name(), env!("CARGO_PKG_VERSION")));
+    Ok(Loaded {
+        factory,
+        wasm: None,
+        subject,
+    })
+}
+
+fn check(plugin: &str, mut config: Config, out: &Output) -> i32 {
+    let json = out.json;
+    let policy = match GatePolicy::from_env_with(out.verdicts.clone().map(VerdictStore::new)) {
+        Ok(p) => p,
+        Err(e) => return cannot_run(plugin, &e.to_string(), json),
+    };
+    let loaded = match load_for_check(plugin, &policy) {
+        Ok(l) => l,
         Err(e) => return cannot_run(plugin, &e, json),
     };
+    let on_sim = out.backend == "sim";
+    if let (false, Some(f)) = (on_sim, &loaded.wasm) {
+        // Refuse before the first case, with the gate's message, rather than in every case.
+        if let Err(e) = f.admit_hardware() {
+            return cannot_run(plugin, &e.to_string(), json);
+        }
+    }
+    match backend(&out.backend) {
+        Ok(b) => config = config.backend(b),
+        Err(e) => {
+            eprintln!("emm check: {e}");
+            return EXIT_CANNOT_RUN;
+        }
+    }
     quiet_panics();
-    let report = crate::runner::check(&*factory, &config);
+    let report = crate::runner::check(&*loaded.factory, &config);
     if json {
         println!("{}", report.to_json());
     } else {
-        let color = use_color(std::io::stdout().is_terminal(), no_color);
+        let color = use_color(std::io::stdout().is_terminal(), out.no_color);
         print!("{}", report.to_table(color));
+    }
+    // Only the simulator's verdicts open the gate; hardware runs are not recorded, nor a run
+    // that could not judge the plugin (it could not be run: a bad config, say).
+    if report.error.is_some() && on_sim && !out.no_verdict {
+        eprintln!("emm check: no verdict recorded: the plugin could not be run");
+    } else if let (true, false, Some(subject)) = (on_sim, out.no_verdict, loaded.subject) {
+        let record = record_of(&report, subject, &config);
+        match policy.get_store().save(&record) {
+            Ok(path) => eprintln!("emm check: verdict recorded in {}", path.display()),
+            Err(e) => eprintln!("emm check: warning: the verdict was not recorded: {e}"),
+        }
     }
     if report.error.is_some() {
         EXIT_CANNOT_RUN
@@ -163,14 +269,20 @@ fn replay_file(
     plugin: &str,
     backend_name: Option<String>,
     file: &std::path::Path,
+    verdicts: Option<PathBuf>,
     json: bool,
 ) -> i32 {
     let r = match load(file) {
         Ok(r) => r,
         Err(e) => return cannot_run(plugin, &e, json),
     };
-    let factory = match resolve_plugin(plugin) {
-        Ok(f) => f,
+    // A replay on hardware goes through the gate like a check (the store of --verdicts).
+    let policy = match GatePolicy::from_env_with(verdicts.map(VerdictStore::new)) {
+        Ok(p) => p,
+        Err(e) => return cannot_run(plugin, &e.to_string(), json),
+    };
+    let factory = match load_for_check(plugin, &policy) {
+        Ok(l) => l.factory,
         Err(e) => return cannot_run(plugin, &e, json),
     };
     let b = match backend(backend_name.as_deref().unwrap_or(&r.backend)) {

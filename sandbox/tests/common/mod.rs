@@ -56,7 +56,9 @@ pub fn manager(g: &Arc<SimDriver>, name: &str, config: &str) -> PluginManager {
         device: DeviceId(0),
         driver,
     };
-    let m = factory(name, PluginLimits::default(), config).create_plugin_manager(&target);
+    let m = factory(name, PluginLimits::default(), config)
+        .create_plugin_manager(&target)
+        .unwrap_or_else(|e| panic!("{e}"));
     m.initialize().unwrap_or_else(|e| panic!("{e}"));
     m
 }
