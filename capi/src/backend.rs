@@ -110,7 +110,12 @@ impl Backend {
             (0 | 1, _) => Ok(StreamId::DEFAULT),
             (2, _) => Ok(StreamId::PER_THREAD),
             (_, Kind::Cuda(d)) => Ok(d.adopt_stream(raw, device)?),
-            (_, Kind::Sim) => Ok(StreamId(raw)),
+            (_, Kind::Sim) => {
+                // The simulator checks the handle (a pool's fast path would not ask it).
+                let s = StreamId(raw);
+                self.driver.stream_query(s)?;
+                Ok(s)
+            }
         }
     }
 

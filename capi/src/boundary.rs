@@ -99,3 +99,31 @@ pub(crate) unsafe fn c_str<'a>(
         .map(Some)
         .map_err(|e| CapiError::invalid(function, format!("{name} is not UTF-8: {e}")))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_stops_at_the_boundary_as_a_status_and_a_message() {
+        let s = status("emm_test", || -> Result<(), CapiError> {
+            panic!("the invariant broke")
+        });
+        assert_eq!(s, EmmStatus::Panic);
+        assert_eq!(last_error::status(), EmmStatus::Panic);
+        // SAFETY: a NUL-terminated string owned by this thread.
+        let m = unsafe { std::ffi::CStr::from_ptr(last_error::message_ptr()) };
+        let m = m.to_string_lossy();
+        assert!(
+            m.starts_with("emm_test: the invariant broke; this is a bug in emm"),
+            "{m}"
+        );
+        let p = call("emm_test", |_| 7, || Ok(3));
+        assert_eq!(p, 3);
+        assert_eq!(
+            last_error::status(),
+            EmmStatus::Panic,
+            "success leaves the last error"
+        );
+    }
+}

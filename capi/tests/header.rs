@@ -35,7 +35,5 @@ fn the_committed_header_matches_the_sources() {
     ] {
         assert!(text.contains(f), "{f} is missing from the header");
     }
-    assert!(
-        text.contains("void *emm_torch_alloc(ssize_t size, int device, cudaStream_t stream);")
-    );
+    assert!(text.contains("void *emm_torch_alloc(ssize_t size, int device, cudaStream_t stream);"));
 }
