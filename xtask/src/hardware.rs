@@ -1,6 +1,7 @@
 //! `cargo xtask hardware [--bundle-only]`: builds a self-contained bundle for a GPU machine
-//! (release `emm`, the hardware smoke tests, the wasm plugins, the peers' harness, a run
-//! script and its report maker) into `target/hardware/`, and runs it when this machine has a
+//! (release `emm`, the hardware smoke tests, the wasm plugins, the peers' harness, the C ABI's
+//! library with the Python package and its acceptance scripts, a run script and its report
+//! maker) into `target/hardware/`, and runs it when this machine has a
 //! GPU. A GPU machine without a Rust toolchain runs `target/hardware/run.sh` itself.
 
 use std::path::{Path, PathBuf};
@@ -11,6 +12,24 @@ use crate::{cargo, run, wasm, workspace_root, Failure};
 /// The run script and the report maker, shipped in the bundle.
 const RUN_SH: &str = include_str!("../hardware/run.sh");
 const REPORT_PY: &str = include_str!("../hardware/report.py");
+
+/// The Python acceptance's scripts (`xtask/hardware/python/`), shipped in `python/`.
+const PYTHON_SCRIPTS: &[(&str, &str)] = &[
+    ("run_python.sh", include_str!("../hardware/python/run_python.sh")),
+    ("numba_summary.py", include_str!("../hardware/python/numba_summary.py")),
+    ("report_python.py", include_str!("../hardware/python/report_python.py")),
+    ("common.py", include_str!("../hardware/python/common.py")),
+    ("cupy_workload.py", include_str!("../hardware/python/cupy_workload.py")),
+    ("torch_workload.py", include_str!("../hardware/python/torch_workload.py")),
+    ("shared_pool.py", include_str!("../hardware/python/shared_pool.py")),
+];
+
+/// Where cargo puts its builds: `CARGO_TARGET_DIR`, else the workspace's `target/`.
+fn target_dir(root: &Path) -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"))
+}
 
 fn fail(reason: String) -> Failure {
     Failure {
@@ -68,16 +87,24 @@ fn copy(from: &Path, to: &Path) -> Result<(), Failure> {
 }
 
 fn copy_dir(from: &Path, to: &Path) -> Result<(), Failure> {
+    copy_dir_except(from, to, &[])
+}
+
+/// Copies `from` into `to`, leaving out entries named in `skip`.
+fn copy_dir_except(from: &Path, to: &Path, skip: &[&str]) -> Result<(), Failure> {
     std::fs::create_dir_all(to)
         .map_err(|e| fail(format!("cannot create {}: {e}", to.display())))?;
     let entries = std::fs::read_dir(from)
         .map_err(|e| fail(format!("cannot read {}: {e}", from.display())))?;
     for entry in entries {
         let entry = entry.map_err(|e| fail(e.to_string()))?;
+        if skip.iter().any(|s| entry.file_name() == *s) {
+            continue;
+        }
         let path = entry.path();
         let target = to.join(entry.file_name());
         if path.is_dir() {
-            copy_dir(&path, &target)?;
+            copy_dir_except(&path, &target, skip)?;
         } else {
             copy(&path, &target)?;
         }
@@ -104,6 +131,10 @@ fn bundle() -> Result<PathBuf, Failure> {
             "emm",
         ]),
     )?;
+    run(
+        "hardware: emm-capi (libemm.so)",
+        cargo(["build", "--release", "-p", "emm-capi"]),
+    )?;
     eprintln!("==> hardware: smoke tests");
     let smoke = test_executable("emm-cuda", "hardware")?;
     let dir = root.join("target").join("hardware");
@@ -112,7 +143,9 @@ fn bundle() -> Result<PathBuf, Failure> {
         std::fs::create_dir_all(dir.join(sub))
             .map_err(|e| fail(format!("cannot create the bundle: {e}")))?;
     }
-    copy(&root.join("target/release/emm"), &dir.join("bin/emm"))?;
+    let release = target_dir(&root).join("release");
+    copy(&release.join("emm"), &dir.join("bin/emm"))?;
+    python_bundle(&root, &release, &dir.join("python"))?;
     copy(&smoke, &dir.join("bin/emm-cuda-hardware"))?;
     copy_dir(&root.join("target/wasm"), &dir.join("wasm"))?;
     // The peers' harness sits beside the checkout (shared/peers); the bundle works without it.
@@ -130,6 +163,42 @@ fn bundle() -> Result<PathBuf, Failure> {
     make_executable(&dir.join("run.sh"))?;
     eprintln!("==> hardware: bundle in {}", dir.display());
     Ok(dir)
+}
+
+/// `python/`: the emm package with `libemm.so`, the acceptance scripts, the machine's two
+/// environment fixes and the numba-cuda baselines (both from `../shared/hardware`).
+fn python_bundle(root: &Path, release: &Path, dir: &Path) -> Result<(), Failure> {
+    copy_dir_except(
+        &root.join("capi/python/emm"),
+        &dir.join("emm"),
+        &["__pycache__", "libemm.so"],
+    )?;
+    copy(&release.join("libemm.so"), &dir.join("emm/libemm.so"))?;
+    for (name, text) in PYTHON_SCRIPTS {
+        write(&dir.join(name), text)?;
+    }
+    make_executable(&dir.join("run_python.sh"))?;
+    let shared = root.join("../shared/hardware");
+    if !shared.is_dir() {
+        eprintln!(
+            "==> hardware: {} not found; the python part will lack the environment fixes and baselines",
+            shared.display()
+        );
+        return Ok(());
+    }
+    for sub in ["env", "baselines"] {
+        std::fs::create_dir_all(dir.join(sub))
+            .map_err(|e| fail(format!("cannot create the bundle: {e}")))?;
+    }
+    copy(&shared.join("sitecustomize.py"), &dir.join("env/sitecustomize.py"))?;
+    copy_dir(&shared.join("wheels"), &dir.join("env"))?;
+    for log in [
+        "numba-cuda-suite-default.log",
+        "numba-cuda-memory-modules-default.log",
+    ] {
+        copy(&shared.join(log), &dir.join("baselines").join(log))?;
+    }
+    Ok(())
 }
 
 #[cfg(unix)]
