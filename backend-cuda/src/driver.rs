@@ -183,7 +183,10 @@ impl CudaDriver {
         }
         let known = {
             let h = self.lock();
-            h.streams.get(&raw).or_else(|| h.borrowed.get(&raw)).copied()
+            h.streams
+                .get(&raw)
+                .or_else(|| h.borrowed.get(&raw))
+                .copied()
         };
         let d = match known {
             Some(d) => d,
@@ -281,13 +284,10 @@ impl CudaDriver {
 
     /// The raw stream for `s`, checked: the legacy default stream, or one this driver made.
     fn stream(&self, s: StreamId) -> DriverResult<sys::CUstream> {
-        if s == StreamId::DEFAULT
-            || s == StreamId::PER_THREAD
-            || {
-                let h = self.lock();
-                h.streams.contains_key(&s.0) || h.borrowed.contains_key(&s.0)
-            }
-        {
+        if s == StreamId::DEFAULT || s == StreamId::PER_THREAD || {
+            let h = self.lock();
+            h.streams.contains_key(&s.0) || h.borrowed.contains_key(&s.0)
+        } {
             Ok(as_stream(s.0))
         } else {
             Err(DriverError::new(

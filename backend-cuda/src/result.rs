@@ -642,7 +642,9 @@ pub mod stream {
         let mut c = std::ptr::null_mut();
         // SAFETY: writes one handle; the driver reports an invalid stream as an error code.
         let r = unsafe { sys::cuStreamGetCtx(s, &mut c) };
-        check("cuStreamGetCtx", r, || format!("the context of stream {s:?}"))?;
+        check("cuStreamGetCtx", r, || {
+            format!("the context of stream {s:?}")
+        })?;
         Ok(c)
     }
 

@@ -24,7 +24,7 @@ pub extern "C" fn emm_abi_version() -> u32 {
 }
 
 /// Sets the manager of every device, process-wide: a built-in name (`"pool"`, `"default"`,
-/// `"arena"`, `"binning"`, `"async"`, `"managed"`, `"host-only"`…), the path of a `.wasm`
+/// `"arena"`, `"binning"`, `"async"`, `"managed"`), the path of a `.wasm`
 /// plugin, or a JSON object of resource-chain options (as `emm_reinitialize`). `NULL` or `""`:
 /// `EMM_MEMORY_MANAGER` if set, else `"pool"`. `EMM_MEMORY_MANAGER`, when set, wins over the
 /// argument (with a warning on stderr). Live memory stays valid and goes back to the manager

@@ -15,13 +15,31 @@ const REPORT_PY: &str = include_str!("../hardware/report.py");
 
 /// The Python acceptance's scripts (`xtask/hardware/python/`), shipped in `python/`.
 const PYTHON_SCRIPTS: &[(&str, &str)] = &[
-    ("run_python.sh", include_str!("../hardware/python/run_python.sh")),
-    ("numba_summary.py", include_str!("../hardware/python/numba_summary.py")),
-    ("report_python.py", include_str!("../hardware/python/report_python.py")),
+    (
+        "run_python.sh",
+        include_str!("../hardware/python/run_python.sh"),
+    ),
+    (
+        "numba_summary.py",
+        include_str!("../hardware/python/numba_summary.py"),
+    ),
+    (
+        "report_python.py",
+        include_str!("../hardware/python/report_python.py"),
+    ),
     ("common.py", include_str!("../hardware/python/common.py")),
-    ("cupy_workload.py", include_str!("../hardware/python/cupy_workload.py")),
-    ("torch_workload.py", include_str!("../hardware/python/torch_workload.py")),
-    ("shared_pool.py", include_str!("../hardware/python/shared_pool.py")),
+    (
+        "cupy_workload.py",
+        include_str!("../hardware/python/cupy_workload.py"),
+    ),
+    (
+        "torch_workload.py",
+        include_str!("../hardware/python/torch_workload.py"),
+    ),
+    (
+        "shared_pool.py",
+        include_str!("../hardware/python/shared_pool.py"),
+    ),
 ];
 
 /// Where cargo puts its builds: `CARGO_TARGET_DIR`, else the workspace's `target/`.
@@ -190,7 +208,10 @@ fn python_bundle(root: &Path, release: &Path, dir: &Path) -> Result<(), Failure>
         std::fs::create_dir_all(dir.join(sub))
             .map_err(|e| fail(format!("cannot create the bundle: {e}")))?;
     }
-    copy(&shared.join("sitecustomize.py"), &dir.join("env/sitecustomize.py"))?;
+    copy(
+        &shared.join("sitecustomize.py"),
+        &dir.join("env/sitecustomize.py"),
+    )?;
     copy_dir(&shared.join("wheels"), &dir.join("env"))?;
     for log in [
         "numba-cuda-suite-default.log",

@@ -14,6 +14,7 @@ manager's cached memory back to the driver.
 import contextlib
 import ctypes
 import inspect
+import weakref
 
 from numba import cuda
 from numba.cuda import HostOnlyCUDAMemoryManager, IpcHandle, MemoryPointer
@@ -62,7 +63,7 @@ def _ipc_handle(raw):
 class _Allocation:
     """Owns one emm allocation; freeing it (dropping the last reference) returns the memory."""
 
-    __slots__ = ("addr",)
+    __slots__ = ("addr", "__weakref__")
 
     def __init__(self, addr):
         self.addr = addr
@@ -79,11 +80,16 @@ class _Allocation:
             pass
 
 
-def _finalizer(addr, allocations):
+def _finalizer(addr, owner, allocations):
+    # A weak reference: after a reset (which clears `allocations` and so frees the memory) the
+    # address may be handed out again, and this pointer's finalizer must not free the new
+    # owner's memory.
+    ref = weakref.ref(owner)
+
     def finalize():
         # At exit, Numba may already have reset the context (clearing `allocations`) before
         # weakref finalizers run: nothing is left to free then.
-        if allocations:
+        if allocations and allocations.get(addr) is ref():
             allocations.pop(addr, None)
 
     return finalize
@@ -130,8 +136,8 @@ class EMMNumbaManager(HostOnlyCUDAMemoryManager):
         if status != _lib.OK:
             _raise(status, _lib.last_error()[1])
         addr = out.value
-        self.allocations[addr] = _Allocation(addr)
-        return self._pointer(MemoryPointer, addr, size, _finalizer(addr, self.allocations))
+        owner = self.allocations[addr] = _Allocation(addr)
+        return self._pointer(MemoryPointer, addr, size, _finalizer(addr, owner, self.allocations))
 
     def memallocmanaged(self, size, attach_global):
         size = int(size)
@@ -140,8 +146,8 @@ class EMMNumbaManager(HostOnlyCUDAMemoryManager):
         if status != _lib.OK:
             _raise(status, _lib.last_error()[1])
         addr = out.value
-        self.allocations[addr] = _Allocation(addr)
-        return self._pointer(_ManagedMemory, addr, size, _finalizer(addr, self.allocations))
+        owner = self.allocations[addr] = _Allocation(addr)
+        return self._pointer(_ManagedMemory, addr, size, _finalizer(addr, owner, self.allocations))
 
     def get_memory_info(self):
         free, total = ctypes.c_size_t(), ctypes.c_size_t()

@@ -129,6 +129,21 @@ class NumbaPlugin(unittest.TestCase):
             m.memalloc(2 * GIB)
         self.assertEqual(e.exception.code, 2)
 
+    def test_a_pointer_dropped_after_a_reset_does_not_free_a_newer_allocation(self):
+        m = self.mod.EMMNumbaManager(context=self.Context(0))
+        before = live(0)
+        p = m.memalloc(4096)
+        addr = p.handle.value
+        m.reset()
+        self.assertEqual(live(0), before, "reset frees the context's memory")
+        # The address may be handed out again while p still exists: p's finalizer must leave
+        # the newer allocation's owner alone.
+        newer = self.mod._Allocation(0)
+        m.allocations[addr] = newer
+        del p
+        gc.collect()
+        self.assertIs(m.allocations.get(addr), newer)
+
     def test_context_none_is_accepted(self):
         self.assertIsNone(self.mod.EMMNumbaManager(context=None).context)
 

@@ -88,7 +88,9 @@ def compare(name, run, base):
     keys = ["failures", "errors", "skipped", "expected failures", "unexpected successes"]
     new_errors = sorted(set(run["errors"]) - set(base["errors"]))
     new_failures = sorted(set(run["failures"]) - set(base["failures"]))
-    fixed = sorted((set(base["errors"]) | set(base["failures"])) - (set(run["errors"]) | set(run["failures"])))
+    fixed = [] if run["ran"] is None else sorted(
+        (set(base["errors"]) | set(base["failures"])) - (set(run["errors"]) | set(run["failures"]))
+    )
     skips = [{"test": t, "reason": r, "emm_related": bool(EMM_SKIP.search(r))} for t, r in sorted(run["skips"].items())]
     new_skips = total(run, "skipped") - total(base, "skipped")
     ok = (not run.get("missing") and run["ran"] is not None and not new_errors and not new_failures
