@@ -3,7 +3,7 @@
 
 use std::ffi::{c_char, c_int, c_void};
 
-use crate::boundary::{c_str, status, write_out};
+use crate::boundary::{c_str, call, status, write_out};
 use crate::runtime::runtime;
 use crate::status::EmmStatus;
 
@@ -20,7 +20,7 @@ pub type ssize_t = isize;
 /// The version of the C ABI this library implements ([`crate::EMM_ABI_VERSION`]).
 #[no_mangle]
 pub extern "C" fn emm_abi_version() -> u32 {
-    crate::EMM_ABI_VERSION
+    call("emm_abi_version", |_| 0, || Ok(crate::EMM_ABI_VERSION))
 }
 
 /// Sets the manager of every device, process-wide: a built-in name (`"pool"`, `"default"`,

@@ -2,6 +2,7 @@
 
 use std::ffi::{c_char, c_int};
 
+use crate::boundary::call;
 use crate::last_error;
 use crate::status::EmmStatus;
 
@@ -9,7 +10,7 @@ use crate::status::EmmStatus;
 /// since the last `emm_clear_last_error`).
 #[no_mangle]
 pub extern "C" fn emm_last_error_code() -> EmmStatus {
-    last_error::status()
+    call("emm_last_error_code", |s| s, || Ok(last_error::status()))
 }
 
 /// The message of the calling thread's last failed call: what was asked, what went wrong, what
@@ -17,20 +18,39 @@ pub extern "C" fn emm_last_error_code() -> EmmStatus {
 /// `emm_clear_last_error`; copy it to keep it.
 #[no_mangle]
 pub extern "C" fn emm_last_error_message() -> *const c_char {
-    last_error::message_ptr()
+    call(
+        "emm_last_error_message",
+        |_| c"".as_ptr(),
+        || Ok(last_error::message_ptr()),
+    )
 }
 
 /// Forgets the calling thread's last error.
 #[no_mangle]
 pub extern "C" fn emm_clear_last_error() {
-    last_error::clear();
+    call(
+        "emm_clear_last_error",
+        |_| (),
+        || {
+            last_error::clear();
+            Ok(())
+        },
+    );
 }
 
 /// The name of a status (`"EMM_STATUS_OUT_OF_MEMORY"`), a static string; `"EMM_STATUS_UNKNOWN"`
 /// for a value that is no status.
 #[no_mangle]
 pub extern "C" fn emm_status_name(status: c_int) -> *const c_char {
-    let name: &'static std::ffi::CStr = match status {
+    call(
+        "emm_status_name",
+        |_| c"EMM_STATUS_UNKNOWN".as_ptr(),
+        || Ok(status_name(status).as_ptr()),
+    )
+}
+
+fn status_name(status: c_int) -> &'static std::ffi::CStr {
+    match status {
         0 => c"EMM_STATUS_OK",
         1 => c"EMM_STATUS_INVALID_ARGUMENT",
         2 => c"EMM_STATUS_OUT_OF_MEMORY",
@@ -41,8 +61,7 @@ pub extern "C" fn emm_status_name(status: c_int) -> *const c_char {
         7 => c"EMM_STATUS_DRIVER",
         8 => c"EMM_STATUS_PANIC",
         _ => c"EMM_STATUS_UNKNOWN",
-    };
-    name.as_ptr()
+    }
 }
 
 #[cfg(test)]

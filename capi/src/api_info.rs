@@ -129,8 +129,15 @@ pub unsafe extern "C" fn emm_string_free(s: *mut c_char) {
     if s.is_null() {
         return;
     }
-    // SAFETY: made by CString::into_raw in this library and not freed yet (1).
-    drop(unsafe { CString::from_raw(s) });
+    call(
+        "emm_string_free",
+        |_| (),
+        || {
+            // SAFETY: made by CString::into_raw in this library and not freed yet (1).
+            drop(unsafe { CString::from_raw(s) });
+            Ok(())
+        },
+    );
 }
 
 /// Resets the manager of `device` (-1: every device with a context): frees what it keeps

@@ -624,3 +624,43 @@ fn device_buffers_round_trip_and_share_the_manager() {
         );
     }
 }
+
+/// A `.wasm` plugin (built by `cargo xtask wasm`, which `cargo xtask test` runs first) loads
+/// through emm-sandbox's loader and serves the C ABI.
+#[test]
+fn a_wasm_plugin_serves_the_c_abi() {
+    let _g = setup();
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/wasm/first_fit.wasm");
+    assert!(
+        path.exists(),
+        "{} is missing: build the example plugins with `cargo xtask wasm`",
+        path.display()
+    );
+    let spec = CString::new(path.to_string_lossy().into_owned()).expect("no NUL in the path");
+    // SAFETY: a NUL-terminated string.
+    assert_eq!(
+        unsafe { emm_configure(spec.as_ptr()) },
+        EmmStatus::Ok,
+        "{}",
+        message()
+    );
+    assert!(stats()["manager"]
+        .as_str()
+        .unwrap_or("")
+        .ends_with("first_fit.wasm"));
+    let ptrs: Vec<_> = (1..=8).map(|i| alloc(i * 1000, 0, null_mut())).collect();
+    assert_eq!(stats()["devices"][0]["current_allocations"], 8);
+    for p in ptrs {
+        free(p, null_mut());
+    }
+    // SAFETY: writable out-pointer.
+    unsafe {
+        let mut p = null_mut();
+        fails(
+            emm_alloc(0, 0, null_mut(), &mut p),
+            EmmStatus::InvalidArgument,
+            "size 0",
+        );
+    }
+}
