@@ -498,7 +498,11 @@ fn a_stream_of_another_library_is_adopted_used_and_never_destroyed() {
     assert_eq!(err.code, CudaCode::INVALID_HANDLE, "{err}");
     let s = emm.adopt_stream(foreign.0, DeviceId(0)).unwrap();
     assert_eq!(s, foreign);
-    assert_eq!(emm.adopt_stream(foreign.0, DeviceId(0)).unwrap(), s, "adopting twice");
+    assert_eq!(
+        emm.adopt_stream(foreign.0, DeviceId(0)).unwrap(),
+        s,
+        "adopting twice"
+    );
     assert_eq!(emm.adopt_stream(0, DeviceId(0)).unwrap(), StreamId::DEFAULT);
     assert_eq!(emm.adopt_stream(1, DeviceId(0)).unwrap(), StreamId::DEFAULT);
     let p = emm.mem_alloc_async(1 << 20, s).unwrap();

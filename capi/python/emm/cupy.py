@@ -45,8 +45,11 @@ def allocator(nbytes):
     if status != _lib.OK:
         _, message = _lib.last_error()
         if status == _lib.OUT_OF_MEMORY:
-            free, total = cupy.cuda.runtime.memGetInfo()
-            raise cupy.cuda.memory.OutOfMemoryError(nbytes, free, total)
+            # CuPy's OutOfMemoryError(size, total): total is what is allocated so far.
+            import emm
+
+            live = emm.stats()["devices"][device]["current_bytes"]
+            raise cupy.cuda.memory.OutOfMemoryError(nbytes, live)
         raise _lib.error_for(status, message)
     owner = _Allocation(out.value, stream)
     mem = cupy.cuda.UnownedMemory(out.value, nbytes, owner, device)

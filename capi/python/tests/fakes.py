@@ -99,8 +99,8 @@ def install_cupy(stream_ptr=0):
     runtime = types.ModuleType("cupy.cuda.runtime")
 
     class OutOfMemoryError(MemoryError):
-        def __init__(self, size, free, total):
-            super().__init__("Out of memory allocating %d bytes" % size)
+        def __init__(self, size, total, limit=0):
+            super().__init__("Out of memory allocating %d bytes (allocated so far: %d bytes)" % (size, total))
 
     class UnownedMemory:
         def __init__(self, ptr, size, owner, device_id=-1):
@@ -116,7 +116,6 @@ def install_cupy(stream_ptr=0):
     state = {"allocator": None}
     memory.OutOfMemoryError = OutOfMemoryError
     runtime.getDevice = lambda: 0
-    runtime.memGetInfo = lambda: (0, 1 << 30)
     cuda.memory = memory
     cuda.runtime = runtime
     cuda.UnownedMemory = UnownedMemory
