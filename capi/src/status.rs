@@ -72,6 +72,39 @@ impl std::fmt::Display for CapiError {
 
 impl std::error::Error for CapiError {}
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn out_of_memory_is_told_apart_wherever_it_comes_from() {
+        let driver = DriverError::new("cuMemAlloc", CudaCode::OUT_OF_MEMORY, "1 TiB");
+        let resource = MrError::OutOfMemory {
+            resource: "PoolResource",
+            requested: 1,
+            available: None,
+        };
+        for e in [
+            CapiError::from(driver.clone()),
+            CapiError::from(resource.clone()),
+            CapiError::from(EmmError::Driver(driver)),
+            CapiError::from(EmmError::Resource(resource)),
+        ] {
+            assert_eq!(e.status, EmmStatus::OutOfMemory, "{e}");
+        }
+        let bad = MrError::InvalidArgument {
+            resource: "reinitialize",
+            reason: "x".into(),
+        };
+        assert_eq!(
+            CapiError::from(EmmError::Resource(bad)).status,
+            EmmStatus::InvalidArgument
+        );
+        let none = DriverError::new("cuInit", CudaCode::NO_DEVICE, "no GPU");
+        assert_eq!(CapiError::from(none).status, EmmStatus::NoDevice);
+    }
+}
+
 fn driver_status(e: &DriverError) -> EmmStatus {
     if e.is_out_of_memory() {
         EmmStatus::OutOfMemory
@@ -111,6 +144,9 @@ impl From<EmmError> for CapiError {
             | EmmError::InvalidConfig { .. } => EmmStatus::Config,
             EmmError::Driver(d) => driver_status(d),
             EmmError::Resource(MrError::InvalidFree { .. }) => EmmStatus::UnknownPointer,
+            EmmError::Resource(
+                MrError::InvalidArgument { .. } | MrError::UnsupportedAlignment { .. },
+            ) => EmmStatus::InvalidArgument,
             EmmError::Resource(MrError::Driver(d)) => driver_status(d),
             _ => EmmStatus::Driver,
         };
