@@ -72,6 +72,48 @@ impl std::fmt::Display for CapiError {
 
 impl std::error::Error for CapiError {}
 
+impl From<DriverError> for CapiError {
+    fn from(e: DriverError) -> Self {
+        CapiError::new(driver_status(&e), e.to_string())
+    }
+}
+
+impl From<MrError> for CapiError {
+    fn from(e: MrError) -> Self {
+        let status = match &e {
+            _ if e.is_out_of_memory() => EmmStatus::OutOfMemory,
+            MrError::Driver(d) => driver_status(d),
+            MrError::InvalidFree { .. } => EmmStatus::UnknownPointer,
+            _ => EmmStatus::InvalidArgument,
+        };
+        CapiError::new(status, e.to_string())
+    }
+}
+
+impl From<EmmError> for CapiError {
+    fn from(e: EmmError) -> Self {
+        let status = match &e {
+            _ if e.is_out_of_memory() => EmmStatus::OutOfMemory,
+            EmmError::Unsupported { .. } => EmmStatus::Unsupported,
+            EmmError::InvalidArgument { .. } => EmmStatus::InvalidArgument,
+            EmmError::UnknownManager { .. }
+            | EmmError::VersionMismatch { .. }
+            | EmmError::InvalidConfig { .. } => EmmStatus::Config,
+            EmmError::Driver(d) => driver_status(d),
+            EmmError::Resource(MrError::InvalidFree { .. }) => EmmStatus::UnknownPointer,
+            EmmError::Resource(
+                MrError::InvalidArgument { .. } | MrError::UnsupportedAlignment { .. },
+            ) => EmmStatus::InvalidArgument,
+            EmmError::Resource(MrError::Driver(d)) => driver_status(d),
+            _ => EmmStatus::Driver,
+        };
+        CapiError::new(status, e.to_string())
+    }
+}
+
+/// The result of the crate's internal functions.
+pub(crate) type CapiResult<T> = Result<T, CapiError>;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -114,45 +156,3 @@ fn driver_status(e: &DriverError) -> EmmStatus {
         EmmStatus::Driver
     }
 }
-
-impl From<DriverError> for CapiError {
-    fn from(e: DriverError) -> Self {
-        CapiError::new(driver_status(&e), e.to_string())
-    }
-}
-
-impl From<MrError> for CapiError {
-    fn from(e: MrError) -> Self {
-        let status = match &e {
-            _ if e.is_out_of_memory() => EmmStatus::OutOfMemory,
-            MrError::Driver(d) => driver_status(d),
-            MrError::InvalidFree { .. } => EmmStatus::UnknownPointer,
-            _ => EmmStatus::InvalidArgument,
-        };
-        CapiError::new(status, e.to_string())
-    }
-}
-
-impl From<EmmError> for CapiError {
-    fn from(e: EmmError) -> Self {
-        let status = match &e {
-            _ if e.is_out_of_memory() => EmmStatus::OutOfMemory,
-            EmmError::Unsupported { .. } => EmmStatus::Unsupported,
-            EmmError::InvalidArgument { .. } => EmmStatus::InvalidArgument,
-            EmmError::UnknownManager { .. }
-            | EmmError::VersionMismatch { .. }
-            | EmmError::InvalidConfig { .. } => EmmStatus::Config,
-            EmmError::Driver(d) => driver_status(d),
-            EmmError::Resource(MrError::InvalidFree { .. }) => EmmStatus::UnknownPointer,
-            EmmError::Resource(
-                MrError::InvalidArgument { .. } | MrError::UnsupportedAlignment { .. },
-            ) => EmmStatus::InvalidArgument,
-            EmmError::Resource(MrError::Driver(d)) => driver_status(d),
-            _ => EmmStatus::Driver,
-        };
-        CapiError::new(status, e.to_string())
-    }
-}
-
-/// The result of the crate's internal functions.
-pub(crate) type CapiResult<T> = Result<T, CapiError>;
