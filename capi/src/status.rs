@@ -72,6 +72,16 @@ impl std::fmt::Display for CapiError {
 
 impl std::error::Error for CapiError {}
 
+fn driver_status(e: &DriverError) -> EmmStatus {
+    if e.is_out_of_memory() {
+        EmmStatus::OutOfMemory
+    } else if e.code == CudaCode::NO_DEVICE || e.code == CudaCode::INVALID_DEVICE {
+        EmmStatus::NoDevice
+    } else {
+        EmmStatus::Driver
+    }
+}
+
 impl From<DriverError> for CapiError {
     fn from(e: DriverError) -> Self {
         CapiError::new(driver_status(&e), e.to_string())
@@ -144,15 +154,5 @@ mod tests {
         );
         let none = DriverError::new("cuInit", CudaCode::NO_DEVICE, "no GPU");
         assert_eq!(CapiError::from(none).status, EmmStatus::NoDevice);
-    }
-}
-
-fn driver_status(e: &DriverError) -> EmmStatus {
-    if e.is_out_of_memory() {
-        EmmStatus::OutOfMemory
-    } else if e.code == CudaCode::NO_DEVICE || e.code == CudaCode::INVALID_DEVICE {
-        EmmStatus::NoDevice
-    } else {
-        EmmStatus::Driver
     }
 }
