@@ -47,6 +47,9 @@ struct Handles {
     /// Live device allocations this driver made (`cuMemAlloc`, stream-ordered): base → bytes.
     device: BTreeMap<u64, usize>,
     streams: BTreeMap<u64, u32>,
+    /// Streams of other libraries (CuPy, PyTorch, Numba) adopted with `adopt_stream`: raw
+    /// handle → device. Borrowed: emm uses them and never destroys them.
+    borrowed: BTreeMap<u64, u32>,
     events: BTreeSet<u64>,
     pools: BTreeMap<u64, u32>,
     host: HostRegions,
@@ -165,6 +168,70 @@ impl CudaDriver {
         v
     }
 
+    /// Adopts a stream another library created (a raw `CUstream` from CuPy, PyTorch or Numba)
+    /// so that stream-ordered calls accept it: checked once with `cuStreamGetCtx`, which also
+    /// tells its device. `0` and `1` (`CU_STREAM_LEGACY`) are the legacy default stream, `2` the
+    /// per-thread one. The stream stays borrowed: emm never destroys it, and
+    /// [`CudaDriver::forget_stream`] drops it from the list.
+    ///
+    /// # Errors
+    ///
+    /// `CUDA_ERROR_INVALID_HANDLE` (or the driver's code) for a handle that is not a live
+    /// stream; `CUDA_ERROR_INVALID_CONTEXT` for a stream of a context that is not a device's
+    /// primary context, or of a device other than `device`.
+    pub fn adopt_stream(&self, raw: u64, device: DeviceId) -> DriverResult<StreamId> {
+        match raw {
+            0 | 1 => return Ok(StreamId::DEFAULT),
+            2 => return Ok(StreamId::PER_THREAD),
+            _ => {}
+        }
+        let known = {
+            let h = self.lock();
+            h.streams
+                .get(&raw)
+                .or_else(|| h.borrowed.get(&raw))
+                .copied()
+        };
+        let d = match known {
+            Some(d) => d,
+            None => {
+                self.ensure_context()?;
+                let c = stream::get_ctx(as_stream(raw))?;
+                let d = self.ctx_device(ContextId(c as u64)).map_err(|_| {
+                    DriverError::new(
+                        "cuStreamGetCtx",
+                        CudaCode::INVALID_CONTEXT,
+                        format!(
+                            "stream {raw:#x} belongs to a context that is not a device's primary \
+                             context; emm serves primary contexts only (as Numba, CuPy and \
+                             PyTorch use)"
+                        ),
+                    )
+                })?;
+                self.lock().borrowed.insert(raw, d);
+                d
+            }
+        };
+        if d != device.0 {
+            return Err(DriverError::new(
+                "cuStreamGetCtx",
+                CudaCode::INVALID_CONTEXT,
+                format!(
+                    "stream {raw:#x} belongs to device {d}, not device {}; pass the stream of \
+                     the device you allocate on",
+                    device.0
+                ),
+            ));
+        }
+        Ok(StreamId(raw))
+    }
+
+    /// Forgets a stream adopted with [`CudaDriver::adopt_stream`] (its owner is about to
+    /// destroy it); returns whether it was adopted. Never destroys the stream.
+    pub fn forget_stream(&self, s: StreamId) -> bool {
+        self.lock().borrowed.remove(&s.0).is_some()
+    }
+
     fn lock(&self) -> MutexGuard<'_, Handles> {
         self.handles.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -251,10 +318,10 @@ impl CudaDriver {
 
     /// The raw stream for `s`, checked: the legacy default stream, or one this driver made.
     fn stream(&self, s: StreamId) -> DriverResult<sys::CUstream> {
-        if s == StreamId::DEFAULT
-            || s == StreamId::PER_THREAD
-            || self.lock().streams.contains_key(&s.0)
-        {
+        if s == StreamId::DEFAULT || s == StreamId::PER_THREAD || {
+            let h = self.lock();
+            h.streams.contains_key(&s.0) || h.borrowed.contains_key(&s.0)
+        } {
             Ok(as_stream(s.0))
         } else {
             Err(DriverError::new(
@@ -802,6 +869,16 @@ impl Driver for CudaDriver {
                 "cuStreamDestroy",
                 CudaCode::INVALID_HANDLE,
                 "a default stream (legacy or per-thread) cannot be destroyed",
+            ));
+        }
+        if self.lock().borrowed.contains_key(&s.0) {
+            return Err(DriverError::new(
+                "cuStreamDestroy",
+                CudaCode::INVALID_HANDLE,
+                format!(
+                    "{s} is borrowed from another library (adopt_stream): emm never destroys \
+                     it; call forget_stream and let its owner destroy it"
+                ),
             ));
         }
         let raw = self.stream(s)?;

@@ -637,6 +637,17 @@ pub mod stream {
         check("cuStreamDestroy", r, || "destroying a stream".into())
     }
 
+    /// `cuStreamGetCtx`: the context a stream belongs to (also how a foreign handle is checked).
+    pub fn get_ctx(s: sys::CUstream) -> DriverResult<sys::CUcontext> {
+        let mut c = std::ptr::null_mut();
+        // SAFETY: writes one handle; the driver reports an invalid stream as an error code.
+        let r = unsafe { sys::cuStreamGetCtx(s, &mut c) };
+        check("cuStreamGetCtx", r, || {
+            format!("the context of stream {s:?}")
+        })?;
+        Ok(c)
+    }
+
     /// `cuStreamSynchronize`
     pub fn synchronize(s: sys::CUstream) -> DriverResult<()> {
         // SAFETY: `s` is live (checked by the caller).

@@ -556,3 +556,37 @@ fn managed_memory_beside_a_pool_holding_the_device() {
         d.stream_destroy(s).unwrap();
     });
 }
+
+#[test]
+fn a_stream_of_another_library_is_adopted_used_and_never_destroyed() {
+    let (Ok(owner), Ok(emm)) = (CudaDriver::new(), CudaDriver::new()) else {
+        eprintln!("no GPU here: adopting a foreign stream needs one");
+        return;
+    };
+    // A stream the second driver did not make stands for CuPy's or PyTorch's.
+    let foreign = owner.stream_create(true).unwrap();
+    let err = emm.stream_synchronize(foreign).unwrap_err();
+    assert_eq!(err.code, CudaCode::INVALID_HANDLE, "{err}");
+    let s = emm.adopt_stream(foreign.0, DeviceId(0)).unwrap();
+    assert_eq!(s, foreign);
+    assert_eq!(
+        emm.adopt_stream(foreign.0, DeviceId(0)).unwrap(),
+        s,
+        "adopting twice"
+    );
+    assert_eq!(emm.adopt_stream(0, DeviceId(0)).unwrap(), StreamId::DEFAULT);
+    assert_eq!(emm.adopt_stream(1, DeviceId(0)).unwrap(), StreamId::DEFAULT);
+    let p = emm.mem_alloc_async(1 << 20, s).unwrap();
+    emm.memset_d8(p, 7, 1 << 20, Some(s)).unwrap();
+    emm.mem_free_async(p, s).unwrap();
+    emm.stream_synchronize(s).unwrap();
+    let err = emm.stream_destroy(s).unwrap_err();
+    assert!(err.to_string().contains("borrowed"), "{err}");
+    if emm.device_count().unwrap() > 1 {
+        let err = emm.adopt_stream(foreign.0, DeviceId(1)).unwrap_err();
+        assert!(err.to_string().contains("belongs to device 0"), "{err}");
+    }
+    assert!(emm.forget_stream(s));
+    assert!(!emm.forget_stream(s));
+    owner.stream_destroy(foreign).unwrap();
+}

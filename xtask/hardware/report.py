@@ -114,6 +114,9 @@ for (name, wl), s in sorted(sim_by.items()):
 peers = os.path.join(res, "peers", "results.md")
 if os.path.exists(peers):
     out += ["", "## Peers in the same run", "", open(peers).read()]
+python_summary = os.path.join(res, "python", "summary.md")
+if os.path.exists(python_summary):
+    out += ["", open(python_summary).read()]
 with open(os.path.join(res, "report.md"), "w") as f:
     f.write("\n".join(out) + "\n")
 print("\n".join(out))

@@ -7,13 +7,14 @@
 # the peers (RMM, PyTorch, CuPy, CUDA) on the same workloads in the same run; then report.md
 # and report.json.
 #
-# Environment: RESULTS (default: results/ beside this script), EMM_SEED (default 1),
+# Environment: RESULTS (default: $OUT, else results/ beside this script), EMM_SEED (default 1),
 # PARTS (default smoke,check,gate,bench,peers: which parts run; split them across calls where
-# one call may not run long), ANCHOR_BUDGET_S for the peers' time budget, EMM_VERDICT_DIR (the
-# verdict store of the check part; default $RESULTS/verdicts).
+# one call may not run long; `python` — not in the default — runs the Python acceptance of the
+# C ABI, about 6 minutes: python/run_python.sh), ANCHOR_BUDGET_S for the peers' time budget,
+# EMM_VERDICT_DIR (the verdict store of the check part; default $RESULTS/verdicts).
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
-RESULTS=${RESULTS:-$HERE/results}
+RESULTS=${RESULTS:-${OUT:-$HERE/results}}
 SEED=${EMM_SEED:-1}
 EMM=$HERE/bin/emm
 PARTS=${PARTS:-smoke,check,gate,bench,peers}
@@ -113,6 +114,11 @@ if part peers && [ -d "$HERE/peers" ]; then
   echo "==> peers"
   OUT="$RESULTS/peers" ANCHOR_BUDGET_S=${ANCHOR_BUDGET_S:-240} bash "$HERE/peers/run_all.sh" > "$RESULTS/peers.log" 2>&1
   python3 "$HERE/peers/make_table.py" "$RESULTS/peers/results.raw" "$RESULTS/peers/env.txt" > "$RESULTS/peers/results.md" 2>> "$RESULTS/peers.log"
+fi
+
+if part python; then
+  echo "==> python: numba-cuda's suite with emm.numba, CuPy and PyTorch workloads, one shared pool"
+  bash "$HERE/python/run_python.sh" "$RESULTS/python"
 fi
 
 python3 "$HERE/report.py" "$RESULTS"

@@ -1,9 +1,10 @@
 //! `cargo xtask hardware [--bundle-only] [--plugin PATH]...`: builds a self-contained bundle
 //! for a GPU machine (release `emm`, the hardware smoke tests, the wasm plugins and those
-//! given, a known-bad plugin for the gate's checks, the peers' harness, a run script and its
-//! report maker) into `target/hardware/`, and runs it when this machine has a GPU. A GPU
-//! machine without a Rust toolchain runs `target/hardware/run.sh` itself; it checks every
-//! plugin on the simulator first and runs on the GPU only those that pass (issue 12).
+//! given, a known-bad plugin for the gate's checks, the peers' harness, the C ABI's library
+//! with the Python package and its acceptance scripts, a run script and its report maker) into
+//! `target/hardware/`, and runs it when this machine has a GPU. A GPU machine without a Rust
+//! toolchain runs `target/hardware/run.sh` itself; it checks every plugin on the simulator
+//! first and runs on the GPU only those that pass (issue 12).
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -68,6 +69,35 @@ fn known_bad_plugin() -> String {
         .replace("FREE_STATUS", "0")
 }
 
+/// The Python acceptance's scripts (`xtask/hardware/python/`), shipped in `python/`.
+const PYTHON_SCRIPTS: &[(&str, &str)] = &[
+    (
+        "run_python.sh",
+        include_str!("../hardware/python/run_python.sh"),
+    ),
+    (
+        "numba_summary.py",
+        include_str!("../hardware/python/numba_summary.py"),
+    ),
+    (
+        "report_python.py",
+        include_str!("../hardware/python/report_python.py"),
+    ),
+    ("common.py", include_str!("../hardware/python/common.py")),
+    (
+        "cupy_workload.py",
+        include_str!("../hardware/python/cupy_workload.py"),
+    ),
+    (
+        "torch_workload.py",
+        include_str!("../hardware/python/torch_workload.py"),
+    ),
+    (
+        "shared_pool.py",
+        include_str!("../hardware/python/shared_pool.py"),
+    ),
+];
+
 fn fail(reason: String) -> Failure {
     Failure {
         step: "hardware".to_owned(),
@@ -124,16 +154,24 @@ fn copy(from: &Path, to: &Path) -> Result<(), Failure> {
 }
 
 fn copy_dir(from: &Path, to: &Path) -> Result<(), Failure> {
+    copy_dir_except(from, to, &[])
+}
+
+/// Copies `from` into `to`, leaving out entries named in `skip`.
+fn copy_dir_except(from: &Path, to: &Path, skip: &[&str]) -> Result<(), Failure> {
     std::fs::create_dir_all(to)
         .map_err(|e| fail(format!("cannot create {}: {e}", to.display())))?;
     let entries = std::fs::read_dir(from)
         .map_err(|e| fail(format!("cannot read {}: {e}", from.display())))?;
     for entry in entries {
         let entry = entry.map_err(|e| fail(e.to_string()))?;
+        if skip.iter().any(|s| entry.file_name() == *s) {
+            continue;
+        }
         let path = entry.path();
         let target = to.join(entry.file_name());
         if path.is_dir() {
-            copy_dir(&path, &target)?;
+            copy_dir_except(&path, &target, skip)?;
         } else {
             copy(&path, &target)?;
         }
@@ -169,6 +207,10 @@ fn bundle(plugins: &[PathBuf]) -> Result<PathBuf, Failure> {
             "emm",
         ]),
     )?;
+    run(
+        "hardware: emm-capi (libemm.so)",
+        cargo(["build", "--release", "-p", "emm-capi"]),
+    )?;
     eprintln!("==> hardware: smoke tests");
     let smoke = test_executable("emm-cuda", "hardware")?;
     let dir = root.join("target").join("hardware");
@@ -177,10 +219,9 @@ fn bundle(plugins: &[PathBuf]) -> Result<PathBuf, Failure> {
         std::fs::create_dir_all(dir.join(sub))
             .map_err(|e| fail(format!("cannot create the bundle: {e}")))?;
     }
-    copy(
-        &cargo_target_dir().join("release/emm"),
-        &dir.join("bin/emm"),
-    )?;
+    let release = cargo_target_dir().join("release");
+    copy(&release.join("emm"), &dir.join("bin/emm"))?;
+    python_bundle(&root, &release, &dir.join("python"))?;
     copy(&smoke, &dir.join("bin/emm-cuda-hardware"))?;
     copy_dir(&root.join("target/wasm"), &dir.join("wasm"))?;
     for p in plugins {
@@ -210,6 +251,45 @@ fn bundle(plugins: &[PathBuf]) -> Result<PathBuf, Failure> {
     make_executable(&dir.join("run.sh"))?;
     eprintln!("==> hardware: bundle in {}", dir.display());
     Ok(dir)
+}
+
+/// `python/`: the emm package with `libemm.so`, the acceptance scripts, the machine's two
+/// environment fixes and the numba-cuda baselines (both from `../shared/hardware`).
+fn python_bundle(root: &Path, release: &Path, dir: &Path) -> Result<(), Failure> {
+    copy_dir_except(
+        &root.join("capi/python/emm"),
+        &dir.join("emm"),
+        &["__pycache__", "libemm.so"],
+    )?;
+    copy(&release.join("libemm.so"), &dir.join("emm/libemm.so"))?;
+    for (name, text) in PYTHON_SCRIPTS {
+        write(&dir.join(name), text)?;
+    }
+    make_executable(&dir.join("run_python.sh"))?;
+    let shared = root.join("../shared/hardware");
+    if !shared.is_dir() {
+        eprintln!(
+            "==> hardware: {} not found; the python part will lack the environment fixes and baselines",
+            shared.display()
+        );
+        return Ok(());
+    }
+    for sub in ["env", "baselines"] {
+        std::fs::create_dir_all(dir.join(sub))
+            .map_err(|e| fail(format!("cannot create the bundle: {e}")))?;
+    }
+    copy(
+        &shared.join("sitecustomize.py"),
+        &dir.join("env/sitecustomize.py"),
+    )?;
+    copy_dir(&shared.join("wheels"), &dir.join("env"))?;
+    for log in [
+        "numba-cuda-suite-default.log",
+        "numba-cuda-memory-modules-default.log",
+    ] {
+        copy(&shared.join(log), &dir.join("baselines").join(log))?;
+    }
+    Ok(())
 }
 
 #[cfg(unix)]

@@ -1,0 +1,159 @@
+"""Stand-ins for the parts of numba-cuda, CuPy and PyTorch that emm's modules touch, so that
+their logic runs on the simulated GPU where those libraries are not installed. They follow the
+real signatures (numba-cuda's ``MemoryPointer(context, pointer, size, owner=None,
+finalizer=None)``, ``IpcHandle(base, handle, size, source_info=None, offset=0)``, CuPy's
+``UnownedMemory(ptr, size, owner, device_id)``, PyTorch's ``CUDAPluggableAllocator(path,
+alloc_fn_name, free_fn_name)``)."""
+
+import collections
+import contextlib
+import ctypes
+import sys
+import types
+import weakref
+
+
+def install_numba():
+    numba = types.ModuleType("numba")
+    cuda = types.ModuleType("numba.cuda")
+    cudadrv = types.ModuleType("numba.cuda.cudadrv")
+    driver = types.ModuleType("numba.cuda.cudadrv.driver")
+
+    class CudaAPIError(Exception):
+        def __init__(self, code, msg):
+            super().__init__(code, msg)
+            self.code, self.msg = code, msg
+
+    class MemoryPointer:
+        def __init__(self, context, pointer, size, owner=None, finalizer=None):
+            self.context, self.handle, self.size = context, pointer, size
+            self._finalizer = weakref.finalize(self, finalizer) if finalizer else None
+
+        @property
+        def device_pointer_value(self):
+            return self.handle.value or None
+
+    class ManagedMemory(MemoryPointer):
+        pass
+
+    class IpcHandle:
+        def __init__(self, base, handle, size, source_info=None, offset=0):
+            self.base, self.handle, self.size = base, handle, size
+            self.source_info, self.offset = source_info, offset
+
+    class HostOnlyCUDAMemoryManager:
+        def __init__(self, *args, **kwargs):
+            if "context" not in kwargs:
+                raise RuntimeError("Memory manager requires a context")
+            self.context = kwargs.pop("context")
+            self.allocations = {}
+            self.deallocations = []
+            self.deferred = 0
+
+        def reset(self):
+            self.allocations.clear()
+            self.deallocations.clear()
+
+        @contextlib.contextmanager
+        def defer_cleanup(self):
+            self.deferred += 1
+            try:
+                yield
+            finally:
+                self.deferred -= 1
+
+    driver.USE_NV_BINDING = False
+    driver.CudaAPIError = CudaAPIError
+    driver.ManagedMemory = ManagedMemory
+    driver.MemoryInfo = collections.namedtuple("MemoryInfo", "free total")
+    cuda.HostOnlyCUDAMemoryManager = HostOnlyCUDAMemoryManager
+    cuda.MemoryPointer = MemoryPointer
+    cuda.IpcHandle = IpcHandle
+    cuda.cudadrv = cudadrv
+    cudadrv.driver = driver
+    numba.cuda = cuda
+    sys.modules.update(
+        {"numba": numba, "numba.cuda": cuda, "numba.cuda.cudadrv": cudadrv, "numba.cuda.cudadrv.driver": driver}
+    )
+    # Keep the fake from pretending to have NVIDIA's bindings.
+    sys.modules["cuda"] = None
+
+    class Device:
+        def __init__(self, id):
+            self.id = id
+
+        def get_device_identity(self):
+            return {"pci_bus_id": self.id}
+
+    class Context:
+        def __init__(self, device):
+            self.device = Device(device)
+
+    return Context
+
+
+def install_cupy(stream_ptr=0):
+    cupy = types.ModuleType("cupy")
+    cuda = types.ModuleType("cupy.cuda")
+    memory = types.ModuleType("cupy.cuda.memory")
+    runtime = types.ModuleType("cupy.cuda.runtime")
+
+    class OutOfMemoryError(MemoryError):
+        def __init__(self, size, total, limit=0):
+            super().__init__("Out of memory allocating %d bytes (allocated so far: %d bytes)" % (size, total))
+
+    class UnownedMemory:
+        def __init__(self, ptr, size, owner, device_id=-1):
+            self.ptr, self.size, self._owner, self.device_id = ptr, size, owner, device_id
+
+    class MemoryPointer:
+        def __init__(self, mem, offset):
+            self.mem, self.ptr = mem, mem.ptr + offset
+
+    class Stream:
+        ptr = stream_ptr
+
+    state = {"allocator": None}
+    memory.OutOfMemoryError = OutOfMemoryError
+    runtime.getDevice = lambda: 0
+    cuda.memory = memory
+    cuda.runtime = runtime
+    cuda.UnownedMemory = UnownedMemory
+    cuda.MemoryPointer = MemoryPointer
+    cuda.get_current_stream = lambda: Stream()
+    cuda.set_allocator = lambda a: state.__setitem__("allocator", a)
+    cupy.cuda = cuda
+    cupy.get_default_memory_pool = lambda: types.SimpleNamespace(malloc="cupy-pool")
+    sys.modules.update({"cupy": cupy, "cupy.cuda": cuda, "cupy.cuda.memory": memory, "cupy.cuda.runtime": runtime})
+    return state
+
+
+def install_torch(already_initialized=False):
+    torch = types.ModuleType("torch")
+    cuda = types.ModuleType("torch.cuda")
+    memory = types.ModuleType("torch.cuda.memory")
+    state = {"changed": None, "initialized": already_initialized}
+
+    class OutOfMemoryError(RuntimeError):
+        pass
+
+    class CUDAPluggableAllocator:
+        def __init__(self, path_to_so_file, alloc_fn_name, free_fn_name):
+            lib = ctypes.CDLL(path_to_so_file)
+            self.alloc = getattr(lib, alloc_fn_name)
+            self.free = getattr(lib, free_fn_name)
+
+    def change_current_allocator(allocator):
+        if state["initialized"]:
+            raise RuntimeError("Can't swap an already initialized allocator")
+        state["changed"] = allocator
+        state["initialized"] = True
+
+    memory.CUDAPluggableAllocator = CUDAPluggableAllocator
+    memory.change_current_allocator = change_current_allocator
+    cuda.memory = memory
+    cuda.OutOfMemoryError = OutOfMemoryError
+    torch.cuda = cuda
+    torch.float32 = "float32"
+    sys.modules.update({"torch": torch, "torch.cuda": cuda, "torch.cuda.memory": memory})
+    return state

@@ -1,0 +1,209 @@
+"""emm's Python package over the simulated GPU (EMM_BACKEND=sim, two devices of 1 GiB):
+the pure-Python parts, with stand-ins for numba-cuda, CuPy and PyTorch (tests/fakes.py).
+Run: EMM_LIBRARY=target/debug/libemm.so python3 -m unittest discover -s capi/python/tests
+"""
+
+import ctypes
+import gc
+import importlib
+import os
+import sys
+import unittest
+
+os.environ.setdefault("EMM_BACKEND", "sim")
+os.environ.setdefault("EMM_SIM_DEVICES", "2")
+os.environ.setdefault("EMM_SIM_MEMORY", str(1 << 30))
+os.environ.pop("EMM_MEMORY_MANAGER", None)
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.dirname(__file__))
+
+import emm  # noqa: E402
+import fakes  # noqa: E402
+
+GIB = 1 << 30
+
+
+def live(device=0):
+    return emm.stats()["devices"][device]["current_bytes"]
+
+
+class Core(unittest.TestCase):
+    def setUp(self):
+        emm.configure("pool")
+
+    def test_stats_configure_and_errors(self):
+        s = emm.stats()
+        self.assertEqual((s["backend"], s["manager"], s["abi_version"]), ("sim", "pool", 1))
+        self.assertEqual(emm.device_count(), 2)
+        before = live(1)
+        p = emm.alloc(4096, device=1)
+        self.assertEqual(live(1), before + 4096)
+        emm.free(p)
+        self.assertEqual(live(1), before)
+        with self.assertRaises(emm.EmmError) as e:
+            emm.free(p)
+        self.assertIn("already freed", str(e.exception))
+        with self.assertRaises(emm.OutOfMemoryError):
+            emm.alloc(4 * GIB)
+        with self.assertRaises(emm.EmmError) as e:
+            emm.configure("no-such")
+        self.assertIn("no memory manager named", str(e.exception))
+        free, total = emm.memory_info(0)
+        self.assertEqual(total, GIB)
+        emm.reset()
+        emm.reinitialize(pool_allocator=True, initial_pool_size=1 << 20)
+        self.assertTrue(emm.stats()["manager"].startswith("reinitialize("))
+        with self.assertRaises(ValueError):
+            emm.reinitialize(logging=True)
+
+    def test_device_buffer(self):
+        data = bytes(range(256)) * 10
+        b = emm.DeviceBuffer.to_device(data, device=1)
+        self.assertEqual((b.size, b.nbytes, len(b), b.device), (2560, 2560, 2560, 1))
+        self.assertEqual(b.tobytes(), data)
+        cai = b.__cuda_array_interface__
+        self.assertEqual((cai["shape"], cai["typestr"], cai["data"]), ((2560,), "|u1", (b.ptr, False)))
+        b.resize(3000)
+        self.assertEqual(b.tobytes()[:2560], data)
+        b.copy_from_host(b"xyz", offset=2997)
+        self.assertEqual(bytes(b.copy_to_host()[-3:]), b"xyz")
+        self.assertEqual(emm.stats()["device_buffers"], 1)
+        b.close()
+        b.close()
+        self.assertEqual(emm.stats()["device_buffers"], 0)
+        empty = emm.DeviceBuffer(0)
+        self.assertEqual((empty.size, empty.ptr, empty.tobytes()), (0, 0, b""))
+        with self.assertRaises(emm.OutOfMemoryError):
+            emm.DeviceBuffer(2 * GIB)
+        n = emm.stats()["device_buffers"]
+        x = emm.DeviceBuffer(100)
+        del x
+        gc.collect()
+        self.assertEqual(emm.stats()["device_buffers"], n)
+
+
+class NumbaPlugin(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.Context = fakes.install_numba()
+        sys.modules.pop("emm.numba", None)
+        cls.mod = importlib.import_module("emm.numba")
+
+    def setUp(self):
+        emm.configure("pool")
+
+    def test_the_plugin_follows_the_contract(self):
+        self.assertIs(self.mod._numba_memory_manager, self.mod.EMMNumbaManager)
+        m = self.mod.EMMNumbaManager(context=self.Context(1))
+        self.assertEqual(m.interface_version, 1)
+        m.initialize()
+        m.initialize()
+        before = live(1)
+        p = m.memalloc(1000)
+        self.assertEqual(p.size, 1000)
+        self.assertEqual(live(1), before + 1000)
+        info = m.get_memory_info()
+        self.assertEqual(info.total, GIB)
+        # IPC of a view inside the allocation: the offset says where it starts.
+        whole = m.get_ipc_handle(p)
+        view = self.mod.MemoryPointer(None, ctypes.c_uint64(p.handle.value + 256), 512)
+        part = m.get_ipc_handle(view)
+        self.assertEqual(part.offset, whole.offset + 256)
+        self.assertEqual(bytes(part.handle), bytes(whole.handle))
+        self.assertEqual(part.size, 512)
+        with m.defer_cleanup():
+            self.assertEqual(m.deferred, 1)
+        self.assertEqual(m.deferred, 0)
+        del p, view, whole, part
+        gc.collect()
+        self.assertEqual(live(1), before)
+        managed = m.memallocmanaged(4096, True)
+        self.assertIsInstance(managed, self.mod._ManagedMemory)
+        self.assertEqual(m.memalloc(0).size, 0)
+        q = m.memalloc(64)
+        m.reset()  # frees every allocation of the context, as Numba's own manager does
+        self.assertEqual(live(1), before)
+        del q, managed
+        gc.collect()
+        with self.assertRaises(sys.modules["numba.cuda.cudadrv.driver"].CudaAPIError) as e:
+            m.memalloc(2 * GIB)
+        self.assertEqual(e.exception.code, 2)
+
+    def test_a_pointer_dropped_after_a_reset_does_not_free_a_newer_allocation(self):
+        m = self.mod.EMMNumbaManager(context=self.Context(0))
+        before = live(0)
+        p = m.memalloc(4096)
+        addr = p.handle.value
+        m.reset()
+        self.assertEqual(live(0), before, "reset frees the context's memory")
+        # The address may be handed out again while p still exists: p's finalizer must leave
+        # the newer allocation's owner alone.
+        newer = self.mod._Allocation(0)
+        m.allocations[addr] = newer
+        del p
+        gc.collect()
+        self.assertIs(m.allocations.get(addr), newer)
+
+    def test_context_none_is_accepted(self):
+        self.assertIsNone(self.mod.EMMNumbaManager(context=None).context)
+
+
+class CupyAllocator(unittest.TestCase):
+    def test_allocations_free_with_their_owner(self):
+        state = fakes.install_cupy()
+        sys.modules.pop("emm.cupy", None)
+        mod = importlib.import_module("emm.cupy")
+        emm.configure("pool")
+        mod.use_emm()
+        self.assertIs(state["allocator"], mod.allocator)
+        before = live(0)
+        p = mod.allocator(1 << 20)
+        self.assertNotEqual(p.ptr, 0)
+        self.assertEqual(live(0), before + (1 << 20))
+        del p
+        gc.collect()
+        self.assertEqual(live(0), before)
+        z = mod.allocator(0)
+        self.assertEqual((z.ptr, z.mem.size), (0, 0))
+        with self.assertRaises(sys.modules["cupy.cuda.memory"].OutOfMemoryError):
+            mod.allocator(2 * GIB)
+        mod.use_cupy_pool()
+        self.assertEqual(state["allocator"], "cupy-pool")
+
+
+class TorchAllocator(unittest.TestCase):
+    def test_use_emm_and_too_late(self):
+        fakes.install_torch(already_initialized=True)
+        sys.modules.pop("emm.torch", None)
+        mod = importlib.import_module("emm.torch")
+        with self.assertRaises(mod.AllocatorError) as e:
+            mod.use_emm()
+        self.assertIn("too late", str(e.exception))
+        self.assertFalse(mod.in_use())
+        state = fakes.install_torch()
+        sys.modules.pop("emm.torch", None)
+        mod = importlib.import_module("emm.torch")
+        a = mod.use_emm()
+        self.assertIs(state["changed"], a)
+        self.assertIs(mod.use_emm(), a)
+        # The pair PyTorch loads, with its signature: (ssize_t, int, cudaStream_t).
+        a.alloc.restype = ctypes.c_void_p
+        a.alloc.argtypes = [ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]
+        a.free.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]
+        emm.configure("pool")
+        before = live(1)
+        p = a.alloc(4096, 1, None)
+        self.assertTrue(p)
+        self.assertEqual(live(1), before + 4096)
+        a.free(p, 4096, 1, None)
+        self.assertEqual(live(1), before)
+        self.assertFalse(a.alloc(2 * GIB, 0, None))
+        import torch
+
+        with self.assertRaises(torch.cuda.OutOfMemoryError):
+            mod.check()
+        mod.check()  # forgotten after the first report
+
+
+if __name__ == "__main__":
+    unittest.main()

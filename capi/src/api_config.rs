@@ -1,0 +1,85 @@
+//! Configuration: the ABI version, the process-wide manager, the devices, and the C types the
+//! header names.
+
+use std::ffi::{c_char, c_int, c_void};
+
+use crate::boundary::{c_str, call, status, write_out};
+use crate::runtime::runtime;
+use crate::status::EmmStatus;
+
+/// A CUDA stream (`CUstream` / `cudaStream_t`; the same handle in the driver and runtime
+/// APIs). `NULL` (0) is the legacy default stream, `2` the per-thread default stream. On the
+/// simulated backend, a stream from `emm_stream_create`.
+#[allow(non_camel_case_types, reason = "the CUDA runtime's name for the type")]
+pub type cudaStream_t = *mut c_void;
+
+/// A signed size, as POSIX `ssize_t` (what PyTorch's `CUDAPluggableAllocator` passes).
+#[allow(non_camel_case_types, reason = "POSIX's name for the type")]
+pub type ssize_t = isize;
+
+/// The version of the C ABI this library implements ([`crate::EMM_ABI_VERSION`]).
+#[no_mangle]
+pub extern "C" fn emm_abi_version() -> u32 {
+    call("emm_abi_version", |_| 0, || Ok(crate::EMM_ABI_VERSION))
+}
+
+/// Sets the manager of every device, process-wide: a built-in name (`"pool"`, `"default"`,
+/// `"arena"`, `"binning"`, `"async"`, `"managed"`), the path of a `.wasm`
+/// plugin, or a JSON object of resource-chain options (as `emm_reinitialize`). `NULL` or `""`:
+/// `EMM_MEMORY_MANAGER` if set, else `"pool"`. `EMM_MEMORY_MANAGER`, when set, wins over the
+/// argument (with a warning on stderr). Live memory stays valid and goes back to the manager
+/// that made it.
+///
+/// Returns `EMM_STATUS_CONFIG` for an unknown name or a plugin that does not load (nothing
+/// changes then).
+///
+/// # Safety
+///
+/// 1. `spec` is NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn emm_configure(spec: *const c_char) -> EmmStatus {
+    status("emm_configure", || {
+        // SAFETY: the caller's promise (1).
+        let spec = unsafe { c_str("emm_configure", "spec", spec) }?;
+        runtime()?.configure(spec)
+    })
+}
+
+/// Rebuilds every device's manager over a fresh resource chain from options, as RMM's
+/// `rmm.reinitialize`: a JSON object with `pool_allocator` (bool), `initial_pool_size` and
+/// `maximum_pool_size` (bytes), `managed_memory` (bool), `log_file_name` (string), `statistics`
+/// (bool), `devices` (list of ordinals). `NULL` or `"{}"`: plain device memory, no pool.
+/// `DeviceBuffer`s and Rust containers of the process use the same chains.
+///
+/// # Safety
+///
+/// 1. `options_json` is NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn emm_reinitialize(options_json: *const c_char) -> EmmStatus {
+    status("emm_reinitialize", || {
+        // SAFETY: the caller's promise (1).
+        let json = unsafe { c_str("emm_reinitialize", "options_json", options_json) }?;
+        let json = json
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .unwrap_or("{}");
+        // Parsed here first so that a malformed object is an argument error, never taken as
+        // a manager name.
+        crate::selection::parse_chain(json)?;
+        runtime()?.configure(Some(json))
+    })
+}
+
+/// Writes the number of devices the backend sees to `*count`.
+///
+/// # Safety
+///
+/// 1. `count` is NULL or valid for writing one `int`.
+#[no_mangle]
+pub unsafe extern "C" fn emm_device_count(count: *mut c_int) -> EmmStatus {
+    status("emm_device_count", || {
+        let n = i32::try_from(runtime()?.device_count()).unwrap_or(i32::MAX);
+        // SAFETY: the caller's promise (1).
+        unsafe { write_out("emm_device_count", "count", count, n) }
+    })
+}

@@ -1,0 +1,159 @@
+//! What `emm_configure` accepts, and how it becomes a manager factory: a built-in manager
+//! name (`pool`, `default`, `arena`, …), the path of a `.wasm` plugin (loaded only through
+//! emm-sandbox's loader in emm-core's selection registry, so every check that loader makes
+//! applies), or a JSON object of resource-chain options (`emm_reinitialize`'s).
+//!
+//! `EMM_MEMORY_MANAGER`, when set, wins over the program's choice with a warning, as the seed
+//! says of `NUMBA_CUDA_MEMORY_MANAGER`. With neither, the C ABI uses `pool`: one pool shared by
+//! every library of the process is what it is for.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use emm_core::contract::selection::{self, ManagerFactory, MANAGER_ENV_VAR};
+use emm_core::{DeviceId, ReinitializeOptions};
+use serde::Deserialize;
+
+use crate::status::{CapiError, CapiResult, EmmStatus};
+
+/// The manager the C ABI uses when nothing is configured.
+pub(crate) const DEFAULT_CAPI_MANAGER: &str = "pool";
+
+/// A parsed manager spec.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Spec {
+    /// A built-in name or a `.wasm` path: resolved by emm-core's registry.
+    Registry(String),
+    /// Resource-chain options: built by `emm_core::reinitialize`.
+    Chain(ReinitializeOptions),
+}
+
+/// `emm_reinitialize`'s options as JSON, RMM's `rmm.reinitialize` keywords.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ChainJson {
+    #[serde(default)]
+    pool_allocator: bool,
+    initial_pool_size: Option<u64>,
+    maximum_pool_size: Option<u64>,
+    #[serde(default)]
+    managed_memory: bool,
+    log_file_name: Option<PathBuf>,
+    #[serde(default)]
+    statistics: bool,
+    devices: Option<Vec<u32>>,
+}
+
+/// Parses reinitialize options from JSON.
+///
+/// # Errors
+///
+/// `InvalidArgument` naming the bad field.
+pub(crate) fn parse_chain(json: &str) -> CapiResult<ReinitializeOptions> {
+    let c: ChainJson = serde_json::from_str(json).map_err(|e| {
+        CapiError::invalid(
+            "emm_reinitialize",
+            format!(
+                "options {json:?} are not valid: {e}; give a JSON object with pool_allocator, \
+                 initial_pool_size, maximum_pool_size, managed_memory, log_file_name, \
+                 statistics, devices"
+            ),
+        )
+    })?;
+    Ok(ReinitializeOptions {
+        pool_allocator: c.pool_allocator,
+        initial_pool_size: c.initial_pool_size,
+        maximum_pool_size: c.maximum_pool_size,
+        managed_memory: c.managed_memory,
+        log_file_name: c.log_file_name,
+        statistics: c.statistics,
+        devices: c.devices.map(|d| d.into_iter().map(DeviceId).collect()),
+    })
+}
+
+/// Parses what `emm_configure` was given (`None` or blank: nothing).
+///
+/// # Errors
+///
+/// `InvalidArgument` for malformed JSON.
+pub(crate) fn parse(spec: Option<&str>) -> CapiResult<Option<Spec>> {
+    let Some(s) = spec.map(str::trim).filter(|s| !s.is_empty()) else {
+        return Ok(None);
+    };
+    if s.starts_with('{') {
+        return Ok(Some(Spec::Chain(parse_chain(s)?)));
+    }
+    Ok(Some(Spec::Registry(s.to_string())))
+}
+
+/// The spec that applies: the environment's `EMM_MEMORY_MANAGER` if set (with a warning on
+/// stderr when it overrides `requested`), else `requested`, else [`DEFAULT_CAPI_MANAGER`].
+pub(crate) fn effective(requested: Option<Spec>) -> Spec {
+    let env = std::env::var(MANAGER_ENV_VAR)
+        .ok()
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty());
+    match (env, requested) {
+        (Some(e), Some(r)) => {
+            eprintln!(
+                "emm: warning: {MANAGER_ENV_VAR}={e} overrides the manager the program \
+                 configured ({r:?}); unset {MANAGER_ENV_VAR} to use the program's"
+            );
+            Spec::Registry(e)
+        }
+        (Some(e), None) => Spec::Registry(e),
+        (None, Some(r)) => r,
+        (None, None) => Spec::Registry(DEFAULT_CAPI_MANAGER.to_string()),
+    }
+}
+
+/// The factory for a registry name or `.wasm` path, through emm-core's selection registry
+/// (which holds emm-sandbox's loader when the `wasm` feature is on).
+///
+/// # Errors
+///
+/// `Config`: an unknown name (the message lists the known ones), a plugin that does not load.
+pub(crate) fn registry_factory(name: &str) -> CapiResult<Arc<dyn ManagerFactory>> {
+    install_plugin_loader();
+    selection::current_factory_with_env(Some(name)).map_err(|e| {
+        let mut err = CapiError::from(e);
+        if err.status != EmmStatus::OutOfMemory {
+            err.status = EmmStatus::Config;
+        }
+        err
+    })
+}
+
+#[cfg(feature = "wasm")]
+fn install_plugin_loader() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(emm_sandbox::install_loader);
+}
+
+#[cfg(not(feature = "wasm"))]
+fn install_plugin_loader() {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_parse_into_names_paths_and_chains() {
+        assert_eq!(parse(None), Ok(None));
+        assert_eq!(parse(Some("  ")), Ok(None));
+        assert_eq!(
+            parse(Some("arena")),
+            Ok(Some(Spec::Registry("arena".into())))
+        );
+        let Ok(Some(Spec::Chain(o))) = parse(Some(
+            r#"{"pool_allocator": true, "initial_pool_size": 1024}"#,
+        )) else {
+            panic!("a chain spec");
+        };
+        assert!(o.pool_allocator);
+        assert_eq!(o.initial_pool_size, Some(1024));
+        let e = parse(Some(r#"{"pool": true}"#)).unwrap_err();
+        assert_eq!(e.status, EmmStatus::InvalidArgument);
+        assert!(e.message.contains("unknown field `pool`"), "{}", e.message);
+    }
+}
