@@ -63,10 +63,12 @@ def _ipc_handle(raw):
 class _Allocation:
     """Owns one emm allocation; freeing it (dropping the last reference) returns the memory."""
 
-    __slots__ = ("addr", "__weakref__")
+    __slots__ = ("addr", "keep", "__weakref__")
 
     def __init__(self, addr):
         self.addr = addr
+        # The pointer object an owned view refers to weakly (managed memory), kept alive here.
+        self.keep = None
 
     def free(self):
         addr, self.addr = self.addr, 0
@@ -110,7 +112,11 @@ class EMMNumbaManager(HostOnlyCUDAMemoryManager):
 
     @property
     def _device(self):
-        return int(self.context.device.id)
+        # A context Numba made holds its Device (`.id`); one attached to a primary context a
+        # third party made holds the binding's CUdevice, which converts to the ordinal.
+        device = self.context.device
+        ident = getattr(device, "id", None)
+        return int(device if ident is None else ident)
 
     def initialize(self):
         # Idempotent: loads the library and makes the device's manager on first call only.
@@ -147,7 +153,14 @@ class EMMNumbaManager(HostOnlyCUDAMemoryManager):
             _raise(status, _lib.last_error()[1])
         addr = out.value
         owner = self.allocations[addr] = _Allocation(addr)
-        return self._pointer(_ManagedMemory, addr, size, _finalizer(addr, owner, self.allocations))
+        mem = self._pointer(_ManagedMemory, addr, size, _finalizer(addr, owner, self.allocations))
+        own = getattr(mem, "own", None)
+        if own is None:
+            return mem
+        # As Numba's own manager: an owned view, which has the buffer protocol (NumPy wraps
+        # managed memory through it) and frees the memory when the last view goes.
+        owner.keep = mem
+        return own()
 
     def get_memory_info(self):
         free, total = ctypes.c_size_t(), ctypes.c_size_t()

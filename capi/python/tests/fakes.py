@@ -27,14 +27,45 @@ def install_numba():
     class MemoryPointer:
         def __init__(self, context, pointer, size, owner=None, finalizer=None):
             self.context, self.handle, self.size = context, pointer, size
+            self.refct = 1
             self._finalizer = weakref.finalize(self, finalizer) if finalizer else None
 
         @property
         def device_pointer_value(self):
             return self.handle.value or None
 
+        def free(self):
+            if self._finalizer is not None:
+                self._finalizer()
+
+    class OwnedPointer:
+        # numba-cuda's: refers to the memory weakly and frees it when the last view goes.
+        def __init__(self, memptr):
+            self._mem = memptr
+            mem = self._mem
+
+            def deref():
+                try:
+                    mem.refct -= 1
+                    if mem.refct == 0:
+                        mem.free()
+                except ReferenceError:
+                    pass
+
+            self._mem.refct += 1
+            weakref.finalize(self, deref)
+
+        def __getattr__(self, name):
+            return getattr(self._mem, name)
+
     class ManagedMemory(MemoryPointer):
-        pass
+        # An AutoFreePointer: no reference of its own, freed with its last owned view.
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.refct -= 1
+
+        def own(self):
+            return OwnedPointer(weakref.proxy(self))
 
     class IpcHandle:
         def __init__(self, base, handle, size, source_info=None, offset=0):
@@ -65,6 +96,7 @@ def install_numba():
     driver.USE_NV_BINDING = False
     driver.CudaAPIError = CudaAPIError
     driver.ManagedMemory = ManagedMemory
+    driver.OwnedPointer = OwnedPointer
     driver.MemoryInfo = collections.namedtuple("MemoryInfo", "free total")
     cuda.HostOnlyCUDAMemoryManager = HostOnlyCUDAMemoryManager
     cuda.MemoryPointer = MemoryPointer
@@ -85,9 +117,18 @@ def install_numba():
         def get_device_identity(self):
             return {"pci_bus_id": self.id}
 
+    class CUdevice:
+        # NVIDIA's binding type: what a context attached to a third party's primary context
+        # holds instead of a Device; it has no `.id` but converts to the ordinal.
+        def __init__(self, ordinal):
+            self._ordinal = ordinal
+
+        def __int__(self):
+            return self._ordinal
+
     class Context:
-        def __init__(self, device):
-            self.device = Device(device)
+        def __init__(self, device, attached=False):
+            self.device = CUdevice(device) if attached else Device(device)
 
     return Context
 

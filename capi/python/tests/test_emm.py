@@ -118,7 +118,16 @@ class NumbaPlugin(unittest.TestCase):
         gc.collect()
         self.assertEqual(live(1), before)
         managed = m.memallocmanaged(4096, True)
-        self.assertIsInstance(managed, self.mod._ManagedMemory)
+        # As Numba's own manager: an owned view of the managed memory, which frees it when
+        # the last view goes.
+        self.assertIsInstance(managed, sys.modules["numba.cuda.cudadrv.driver"].OwnedPointer)
+        self.assertEqual(managed.size, 4096)
+        with_managed = live(1)
+        extra = m.memallocmanaged(4096, True)
+        self.assertGreater(live(1), with_managed)
+        del extra
+        gc.collect()
+        self.assertEqual(live(1), with_managed)
         self.assertEqual(m.memalloc(0).size, 0)
         q = m.memalloc(64)
         m.reset()  # frees every allocation of the context, as Numba's own manager does
@@ -143,6 +152,17 @@ class NumbaPlugin(unittest.TestCase):
         del p
         gc.collect()
         self.assertIs(m.allocations.get(addr), newer)
+
+    def test_a_context_attached_to_a_third_party_primary_context_allocates_on_its_device(self):
+        # numba-cuda's Test3rdPartyContext: the context holds the binding's CUdevice.
+        m = self.mod.EMMNumbaManager(context=self.Context(1, attached=True))
+        m.initialize()
+        before = live(1)
+        p = m.memalloc(4096)
+        self.assertEqual(live(1), before + 4096)
+        del p
+        gc.collect()
+        self.assertEqual(live(1), before)
 
     def test_context_none_is_accepted(self):
         self.assertIsNone(self.mod.EMMNumbaManager(context=None).context)
