@@ -1,0 +1,277 @@
+//! The many-threads benchmark: a standard workload replayed by `n` threads at once against one
+//! resource, each thread with its own copy of the op list, on its own stream or all on one
+//! shared stream.
+//!
+//! The protocol extends the single-thread one ([`crate::mr::bench`]): the threads start together
+//! at a barrier; one untimed warm-up round; then timed rounds, host clock from the barrier to
+//! the last thread's end plus a context synchronize, the median round reported as operations
+//! per second (all threads' operations over the round's wall time). Memory held is measured in
+//! one more round: every thread reads the device's free memory after each of its allocations,
+//! and the peak of (free before the resource was built − free now) is kept; peak live is the
+//! peak of all threads' live bytes together, counted with an atomic.
+//!
+//! What a figure means depends on the machine: with fewer cores than threads the threads share
+//! cores, so the figure shows what the resource's locking costs, not how it scales.
+//!
+//! # Examples
+//!
+//! ```
+//! use emm_core::mr::bench_threads::{self, ThreadsConfig};
+//! use emm_core::mr::{CudaResource, ShardedPoolResource};
+//! use emm_core::workloads::{Op, Workload};
+//! # fn demo<D: emm_core::Driver>(driver: std::sync::Arc<D>) -> emm_core::mr::MrResult<()> {
+//! let w = Workload::new("tiny", vec![Op::Alloc(1000), Op::Alloc(5000), Op::Free(0), Op::Free(0)]);
+//! let config = ThreadsConfig { threads: 4, ..ThreadsConfig::default() };
+//! let d = driver.clone();
+//! let r = bench_threads::run(&*driver, || Ok(ShardedPoolResource::new(CudaResource::<D>::new(d))),
+//!     "sharded", &w, &config)?;
+//! println!("{}", r.to_json());
+//! # Ok(()) }
+//! ```
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Barrier;
+use std::time::Instant;
+
+use crate::driver::{DevicePtr, Driver, StreamId};
+use crate::mr::bench::replay_once;
+use crate::mr::{DeviceMemoryResource, MrError, MrResult};
+use crate::workloads::{self, Workload};
+
+/// How a many-threads benchmark runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ThreadsConfig {
+    /// Threads replaying the workload at once (at least 1).
+    pub threads: usize,
+    /// All threads on the default stream (`true`) or each on a stream of its own.
+    pub shared_stream: bool,
+    /// Timed rounds; the median is reported.
+    pub timed_passes: usize,
+    /// Whether to run the round that measures memory held (one `mem_get_info` per allocation).
+    pub measure_held: bool,
+}
+
+impl Default for ThreadsConfig {
+    /// One thread on its own stream, three timed rounds, memory held measured.
+    fn default() -> Self {
+        ThreadsConfig {
+            threads: 1,
+            shared_stream: false,
+            timed_passes: 3,
+            measure_held: true,
+        }
+    }
+}
+
+/// One (resource, workload, threads, streams) measurement.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ThreadsResult {
+    /// The resource's label.
+    pub resource: String,
+    /// The workload's name.
+    pub workload: String,
+    /// Threads at once.
+    pub threads: usize,
+    /// Whether the threads shared the default stream.
+    pub shared_stream: bool,
+    /// Operations of all threads in one round.
+    pub ops: usize,
+    /// Operations per second of the median round, all threads together.
+    pub ops_per_s: f64,
+    /// Peak bytes held from the device over the measuring round (0 when not measured).
+    pub peak_held_bytes: u64,
+    /// Peak bytes live, all threads together, over the measuring round (0 when not measured).
+    pub peak_live_bytes: u64,
+}
+
+impl ThreadsResult {
+    /// Held at peak over peak live (0 when not measured).
+    pub fn held_over_live(&self) -> f64 {
+        if self.peak_live_bytes == 0 {
+            return 0.0;
+        }
+        self.peak_held_bytes as f64 / self.peak_live_bytes as f64
+    }
+
+    /// One JSON object on one line: `resource`, `workload`, `threads`, `stream` (`own` or
+    /// `shared`), `ops`, `ops_per_s`, `peak_held_bytes`, `peak_live_bytes`.
+    pub fn to_json(&self) -> String {
+        format!(
+            "{{\"resource\":\"{}\",\"workload\":\"{}\",\"threads\":{},\"stream\":\"{}\",\"ops\":{},\"ops_per_s\":{:.0},\"peak_held_bytes\":{},\"peak_live_bytes\":{}}}",
+            self.resource.replace(['"', '\\'], "_"),
+            self.workload.replace(['"', '\\'], "_"),
+            self.threads,
+            if self.shared_stream { "shared" } else { "own" },
+            self.ops,
+            self.ops_per_s,
+            self.peak_held_bytes,
+            self.peak_live_bytes
+        )
+    }
+}
+
+/// What the measuring round counts, shared by the threads.
+struct Meter<'a> {
+    driver: &'a dyn Driver,
+    free_before: u64,
+    live: AtomicU64,
+    peak_live: AtomicU64,
+    peak_held: AtomicU64,
+}
+
+/// Runs one round: every thread replays `workload` once, starting together. Returns the wall
+/// time from the start to the end of the last thread plus a context synchronize.
+fn round<R: DeviceMemoryResource>(
+    driver: &dyn Driver,
+    resource: &R,
+    workload: &Workload,
+    streams: &[StreamId],
+    meter: Option<&Meter<'_>>,
+) -> MrResult<f64> {
+    let ctx = driver.current_context()?;
+    let barrier = Barrier::new(streams.len() + 1);
+    let (elapsed, results) = std::thread::scope(|scope| {
+        let handles: Vec<_> = streams
+            .iter()
+            .map(|&stream| {
+                let barrier = &barrier;
+                scope.spawn(move || -> MrResult<()> {
+                    // A new thread has no current context (cuCtxSetCurrent is per thread).
+                    let set = driver.set_current_context(ctx);
+                    barrier.wait();
+                    set?;
+                    replay_metered(resource, workload, stream, meter)
+                })
+            })
+            .collect();
+        barrier.wait();
+        let t0 = Instant::now();
+        let results: Vec<MrResult<()>> = handles
+            .into_iter()
+            .map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(MrError::InvalidArgument {
+                        resource: resource.name(),
+                        reason: "a benchmark thread panicked".to_string(),
+                    })
+                })
+            })
+            .collect();
+        (t0, results)
+    });
+    results.into_iter().collect::<MrResult<Vec<()>>>()?;
+    driver.context_synchronize()?;
+    Ok(elapsed.elapsed().as_nanos() as f64)
+}
+
+fn replay_metered<R: DeviceMemoryResource>(
+    resource: &R,
+    workload: &Workload,
+    stream: StreamId,
+    meter: Option<&Meter<'_>>,
+) -> MrResult<()> {
+    let Some(m) = meter else {
+        return replay_once(resource, workload, stream, || Ok(()));
+    };
+    let mut free_err = None;
+    workloads::replay(
+        workload,
+        |size| {
+            let n = usize::try_from(size).map_err(|_| MrError::OutOfMemory {
+                resource: resource.name(),
+                requested: size,
+                available: None,
+            })?;
+            let p = resource.allocate(n, stream)?;
+            // Counted once the resource handed the memory out, so live never runs ahead.
+            let live = m.live.fetch_add(size, Ordering::Relaxed) + size;
+            m.peak_live.fetch_max(live, Ordering::Relaxed);
+            match m.driver.mem_get_info() {
+                Ok(info) => {
+                    let held = m.free_before.saturating_sub(info.free);
+                    m.peak_held.fetch_max(held, Ordering::Relaxed);
+                    Ok::<_, MrError>((p, n))
+                }
+                Err(e) => {
+                    m.live.fetch_sub(size, Ordering::Relaxed);
+                    let _ = resource.deallocate(p, n, stream);
+                    Err(e.into())
+                }
+            }
+        },
+        |(p, n): (DevicePtr, usize), size| {
+            m.live.fetch_sub(size, Ordering::Relaxed);
+            if let Err(e) = resource.deallocate(p, n, stream) {
+                free_err.get_or_insert(e);
+            }
+        },
+    )?;
+    free_err.map_or(Ok(()), Err)
+}
+
+/// Builds a resource with `build`, then measures `workload` replayed by `config.threads`
+/// threads at once (see the module doc).
+///
+/// # Errors
+///
+/// A driver error (reading free memory, creating streams, synchronizing), or the first error
+/// of the resource in any thread.
+pub fn run<R: DeviceMemoryResource>(
+    driver: &dyn Driver,
+    build: impl FnOnce() -> MrResult<R>,
+    label: &str,
+    workload: &Workload,
+    config: &ThreadsConfig,
+) -> MrResult<ThreadsResult> {
+    let threads = config.threads.max(1);
+    let free_before = driver.mem_get_info()?.free;
+    let mut streams = Vec::with_capacity(threads);
+    for _ in 0..threads {
+        streams.push(if config.shared_stream {
+            StreamId::DEFAULT
+        } else {
+            driver.stream_create(true)?
+        });
+    }
+    let result = (|| {
+        let resource = build()?;
+        round(driver, &resource, workload, &streams, None)?;
+        let mut times = Vec::with_capacity(config.timed_passes.max(1));
+        for _ in 0..config.timed_passes.max(1) {
+            times.push(round(driver, &resource, workload, &streams, None)?);
+        }
+        times.sort_by(f64::total_cmp);
+        let median = times[times.len() / 2];
+        let ops = workload.ops.len() * threads;
+        let (mut peak_held, mut peak_live) = (0, 0);
+        if config.measure_held {
+            let meter = Meter {
+                driver,
+                free_before,
+                live: AtomicU64::new(0),
+                peak_live: AtomicU64::new(0),
+                peak_held: AtomicU64::new(0),
+            };
+            round(driver, &resource, workload, &streams, Some(&meter))?;
+            peak_held = meter.peak_held.load(Ordering::Relaxed);
+            peak_live = meter.peak_live.load(Ordering::Relaxed);
+        }
+        drop(resource);
+        Ok(ThreadsResult {
+            resource: label.to_string(),
+            workload: workload.name.clone(),
+            threads,
+            shared_stream: config.shared_stream,
+            ops,
+            ops_per_s: ops as f64 / (median.max(1.0) / 1e9),
+            peak_held_bytes: peak_held,
+            peak_live_bytes: peak_live,
+        })
+    })();
+    if !config.shared_stream {
+        for s in streams {
+            let _ = driver.stream_destroy(s);
+        }
+    }
+    result
+}
