@@ -26,9 +26,11 @@
 //! - [`sim_backend`]: [`SimBackend`], the simulated GPU.
 //! - [`cuda_backend`]: [`CudaBackend`], the real GPU.
 //! - [`cli`]: the `emm` command-line tool's subcommands.
+//! - [`charts`]: SVG charts of benchmark results (plotters).
 
 pub mod assertions;
 pub mod backend;
+pub mod charts;
 pub mod checks;
 pub mod cli;
 pub mod config;

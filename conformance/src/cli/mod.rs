@@ -10,10 +10,15 @@
 //! - [`check`]: `emm check <plugin>`.
 //! - [`list`]: `emm list`.
 //! - [`replay`]: `emm replay <log.csv>`.
-//! - [`bench`]: `emm bench`.
+//! - [`bench`]: `emm bench`; [`bench_threads`] its many-threads mode, [`bench_report`] its
+//!   `--report` folder (extra measurements, JSON, markdown and SVG charts).
 
 pub mod args;
 pub mod bench;
+pub mod bench_measure;
+pub mod bench_report;
+mod bench_run;
+pub mod bench_threads;
 pub mod check;
 pub mod list;
 pub mod progress;

@@ -3,7 +3,8 @@
 //! shared stream.
 //!
 //! The protocol extends the single-thread one ([`crate::mr::bench`]): the threads start together
-//! at a barrier; one untimed warm-up round; then timed rounds, host clock from the barrier to
+//! at a barrier; one untimed warm-up round; then timed rounds (each thread replays its list
+//! [`repeats`] times, about a million operations), host clock from the barrier to
 //! the last thread's end plus a context synchronize, the median round reported as operations
 //! per second (all threads' operations over the round's wall time). Memory held is measured in
 //! one more round: every thread reads the device's free memory after each of its allocations,
@@ -74,7 +75,8 @@ pub struct ThreadsResult {
     pub threads: usize,
     /// Whether the threads shared the default stream.
     pub shared_stream: bool,
-    /// Operations of all threads in one round.
+    /// Operations of all threads in one timed round (each thread replays its list
+    /// [`repeats`] times).
     pub ops: usize,
     /// Operations per second of the median round, all threads together.
     pub ops_per_s: f64,
@@ -140,7 +142,8 @@ fn round<R: DeviceMemoryResource>(
                     let set = driver.set_current_context(ctx);
                     barrier.wait();
                     set?;
-                    replay_metered(resource, workload, stream, meter)
+                    let repeat = if meter.is_some() { 1 } else { repeats(workload) };
+                    (0..repeat).try_for_each(|_| replay_metered(resource, workload, stream, meter))
                 })
             })
             .collect();
@@ -162,6 +165,12 @@ fn round<R: DeviceMemoryResource>(
     results.into_iter().collect::<MrResult<Vec<()>>>()?;
     driver.context_synchronize()?;
     Ok(elapsed.elapsed().as_nanos() as f64)
+}
+
+/// Timed rounds replay a short list several times, so that a round lasts long enough (about a
+/// million operations per thread) for thread start-up and scheduling noise not to count.
+pub fn repeats(workload: &Workload) -> usize {
+    (1_000_000 / workload.ops.len().max(1)).max(1)
 }
 
 fn replay_metered<R: DeviceMemoryResource>(
@@ -242,7 +251,7 @@ pub fn run<R: DeviceMemoryResource>(
         }
         times.sort_by(f64::total_cmp);
         let median = times[times.len() / 2];
-        let ops = workload.ops.len() * threads;
+        let ops = workload.ops.len() * threads * repeats(workload);
         let (mut peak_held, mut peak_live) = (0, 0);
         if config.measure_held {
             let meter = Meter {

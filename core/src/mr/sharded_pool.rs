@@ -6,7 +6,7 @@
 //!   shards; by default twice the hardware threads, so concurrent threads rarely share one).
 //!   A shard serves every size — unlike `ArenaResource`, which sends requests above 256 KiB to
 //!   its global arena — from chunks it takes from the shared pool (the request rounded up to
-//!   2 MiB, at least 1/[`SHARD_GROWTH_DIVISOR`] of what the shard holds). Memory held stays
+//!   2 MiB). Memory held stays
 //!   bounded: before a shard takes a chunk it gives back its wholly free chunks if it would
 //!   otherwise hold more than 1.05 × its live bytes (as the pool does with its upstream); a
 //!   free that leaves a chunk wholly free gives it back at once when the shard holds that much;
@@ -43,9 +43,6 @@ use crate::mr::{assert_resource, DeviceMemoryResource, MrError, MrResult};
 
 const NAME: &str = "ShardedPoolResource";
 
-/// A shard grows by at least 1/this of what it holds (and at least the request, in 2 MiB
-/// steps): few trips to the shared pool, at most ~6 % held beyond need per shard.
-pub const SHARD_GROWTH_DIVISOR: u64 = 16;
 
 static NEXT_THREAD: AtomicUsize = AtomicUsize::new(0);
 
@@ -91,21 +88,26 @@ struct Padded(Mutex<Shard>);
 /// ```
 pub struct ShardedPoolResource<Up: DeviceMemoryResource> {
     shards: Box<[Padded]>,
+    /// `shards.len() - 1`: the count is a power of two, so a thread's shard is a mask.
+    mask: usize,
     shared: PoolResource<Up>,
 }
 
 impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
-    /// Shards for twice the machine's hardware threads (at least 4) over a shared pool of
+    /// Shards for twice the machine's hardware threads (at least 4, rounded up to a power of
+    /// two) over a shared pool of
     /// `cuMemAlloc`-style chunks of `upstream` (exportable over IPC).
     pub fn new(upstream: Up) -> Self {
         let n = std::thread::available_parallelism().map_or(4, |n| 2 * n.get());
         Self::over(PoolResource::chunked(upstream), n.max(4))
     }
 
-    /// `shards` shards (at least 1) over the shared pool `shared`.
+    /// `shards` shards (rounded up to a power of two) over the shared pool `shared`.
     pub fn over(shared: PoolResource<Up>, shards: usize) -> Self {
+        let n = shards.clamp(1, 1 << 16).next_power_of_two();
         ShardedPoolResource {
-            shards: (0..shards.max(1)).map(|_| Padded::default()).collect(),
+            shards: (0..n).map(|_| Padded::default()).collect(),
+            mask: n - 1,
             shared,
         }
     }
@@ -134,7 +136,7 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
 
     fn lock(&self, k: usize) -> MutexGuard<'_, Shard> {
         // Nothing panics while the lock is held; were it poisoned, the state is still whole.
-        self.shards[k % self.shards.len()]
+        self.shards[k & self.mask]
             .0
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -142,7 +144,7 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
 
     #[inline]
     fn my_shard(&self) -> usize {
-        THREAD_NUMBER.with(|n| *n) % self.shards.len()
+        THREAD_NUMBER.with(|n| *n) & self.mask
     }
 
     /// The shard has no block for `size` on `stream`: take another stream's, or a chunk.
@@ -167,9 +169,9 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
                 return Ok(DevicePtr(p));
             }
         }
-        let growth = Growth::Fraction {
-            divisor: SHARD_GROWTH_DIVISOR,
-        };
+        // The request rounded to 2 MiB: geometric growth (a fraction of the shard) measured
+        // 1.25 × peak live held on W1 against 1.09 for this, as shards' slack adds up.
+        let growth = Growth::Exact;
         let oom = MrError::OutOfMemory {
             resource: NAME,
             requested: bytes,
