@@ -85,6 +85,7 @@ pub fn run(
                         shared_stream: shared,
                         timed_passes: plan.passes,
                         measure_held: true,
+                        ..ThreadsConfig::default()
                     };
                     let build = || named::build(r, Arc::clone(&d));
                     match bench_threads::run(&*d, build, r, w, &config) {

@@ -50,16 +50,22 @@ pub struct ThreadsConfig {
     pub timed_passes: usize,
     /// Whether to run the round that measures memory held (one `mem_get_info` per allocation).
     pub measure_held: bool,
+    /// Each thread replays its list as many times as it takes to reach this many operations
+    /// per timed round (at least once), so that thread start-up and scheduling noise do not
+    /// count.
+    pub min_ops_per_round: usize,
 }
 
 impl Default for ThreadsConfig {
-    /// One thread on its own stream, three timed rounds, memory held measured.
+    /// One thread on its own stream, three timed rounds of at least a million operations per
+    /// thread, memory held measured.
     fn default() -> Self {
         ThreadsConfig {
             threads: 1,
             shared_stream: false,
             timed_passes: 3,
             measure_held: true,
+            min_ops_per_round: 1_000_000,
         }
     }
 }
@@ -129,6 +135,7 @@ fn round<R: DeviceMemoryResource>(
     workload: &Workload,
     streams: &[StreamId],
     meter: Option<&Meter<'_>>,
+    repeat: usize,
 ) -> MrResult<f64> {
     let ctx = driver.current_context()?;
     let barrier = Barrier::new(streams.len() + 1);
@@ -142,7 +149,7 @@ fn round<R: DeviceMemoryResource>(
                     let set = driver.set_current_context(ctx);
                     barrier.wait();
                     set?;
-                    let repeat = if meter.is_some() { 1 } else { repeats(workload) };
+                    let repeat = if meter.is_some() { 1 } else { repeat };
                     (0..repeat).try_for_each(|_| replay_metered(resource, workload, stream, meter))
                 })
             })
@@ -167,10 +174,9 @@ fn round<R: DeviceMemoryResource>(
     Ok(elapsed.elapsed().as_nanos() as f64)
 }
 
-/// Timed rounds replay a short list several times, so that a round lasts long enough (about a
-/// million operations per thread) for thread start-up and scheduling noise not to count.
-pub fn repeats(workload: &Workload) -> usize {
-    (1_000_000 / workload.ops.len().max(1)).max(1)
+/// How many times each thread replays `workload` in a timed round of `config`.
+pub fn repeats(workload: &Workload, config: &ThreadsConfig) -> usize {
+    (config.min_ops_per_round / workload.ops.len().max(1)).max(1)
 }
 
 fn replay_metered<R: DeviceMemoryResource>(
@@ -244,14 +250,15 @@ pub fn run<R: DeviceMemoryResource>(
     }
     let result = (|| {
         let resource = build()?;
-        round(driver, &resource, workload, &streams, None)?;
+        let repeat = repeats(workload, config);
+        round(driver, &resource, workload, &streams, None, repeat)?;
         let mut times = Vec::with_capacity(config.timed_passes.max(1));
         for _ in 0..config.timed_passes.max(1) {
-            times.push(round(driver, &resource, workload, &streams, None)?);
+            times.push(round(driver, &resource, workload, &streams, None, repeat)?);
         }
         times.sort_by(f64::total_cmp);
         let median = times[times.len() / 2];
-        let ops = workload.ops.len() * threads * repeats(workload);
+        let ops = workload.ops.len() * threads * repeat;
         let (mut peak_held, mut peak_live) = (0, 0);
         if config.measure_held {
             let meter = Meter {
@@ -261,7 +268,7 @@ pub fn run<R: DeviceMemoryResource>(
                 peak_live: AtomicU64::new(0),
                 peak_held: AtomicU64::new(0),
             };
-            round(driver, &resource, workload, &streams, Some(&meter))?;
+            round(driver, &resource, workload, &streams, Some(&meter), 1)?;
             peak_held = meter.peak_held.load(Ordering::Relaxed);
             peak_live = meter.peak_live.load(Ordering::Relaxed);
         }
