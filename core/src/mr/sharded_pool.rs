@@ -2,8 +2,9 @@
 //! lists — in front of one shared [`PoolResource`], so that many threads allocate at once
 //! without sharing a lock.
 //!
-//! - **What it does**: every thread is assigned a shard (thread number modulo the number of
-//!   shards; by default twice the hardware threads, so concurrent threads rarely share one).
+//! - **What it does**: every thread is given a shard on its first use, round robin (by default
+//!   there are twice as many shards as hardware threads, so threads at once rarely share one;
+//!   two threads on one shard interleave their blocks and hold more).
 //!   A shard serves every size — unlike `ArenaResource`, which sends requests above 256 KiB to
 //!   its global arena — from chunks it takes from the shared pool (the request rounded up to
 //!   [`SHARD_CHUNK`], 512 KiB). Memory held stays
@@ -30,6 +31,7 @@
 //!   attempts). Growth costs one allocation from the shared pool (amortized: chunks are at
 //!   least 512 KiB).
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
@@ -56,11 +58,11 @@ fn shard_chunk(size: u64) -> Option<u64> {
     Some(size.checked_add(SHARD_CHUNK - 1)? & !(SHARD_CHUNK - 1))
 }
 
-static NEXT_THREAD: AtomicUsize = AtomicUsize::new(0);
-
 thread_local! {
-    /// This thread's number, handed out in order of first use.
-    static THREAD_NUMBER: usize = NEXT_THREAD.fetch_add(1, Ordering::Relaxed);
+    /// The shard this thread last used, and the resource it belongs to (the address of the
+    /// resource's shard table): one entry, so a thread using one sharded pool reads its shard
+    /// with one comparison.
+    static MY_SHARD: Cell<(usize, usize)> = const { Cell::new((0, 0)) };
 }
 
 /// One shard: a heap over chunks of the shared pool, and its event cache.
@@ -102,6 +104,9 @@ pub struct ShardedPoolResource<Up: DeviceMemoryResource> {
     shards: Box<[Padded]>,
     /// `shards.len() - 1`: the count is a power of two, so a thread's shard is a mask.
     mask: usize,
+    /// The next shard to give a thread that has not used this resource yet (round robin, so
+    /// threads that start together get shards of their own).
+    next: AtomicUsize,
     shared: PoolResource<Up>,
 }
 
@@ -120,6 +125,7 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
         ShardedPoolResource {
             shards: (0..n).map(|_| Padded::default()).collect(),
             mask: n - 1,
+            next: AtomicUsize::new(0),
             shared,
         }
     }
@@ -156,7 +162,18 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
 
     #[inline]
     fn my_shard(&self) -> usize {
-        THREAD_NUMBER.with(|n| *n) & self.mask
+        let key = self.shards.as_ptr() as usize;
+        MY_SHARD.with(|c| match c.get() {
+            (k, shard) if k == key => shard,
+            _ => self.assign_shard(c, key),
+        })
+    }
+
+    #[cold]
+    fn assign_shard(&self, c: &Cell<(usize, usize)>, key: usize) -> usize {
+        let shard = self.next.fetch_add(1, Ordering::Relaxed) & self.mask;
+        c.set((key, shard));
+        shard
     }
 
     /// The shard has no block for `size` on `stream`: take another stream's, or a chunk.
