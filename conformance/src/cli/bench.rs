@@ -31,11 +31,13 @@ flags:
                      its own copy of each workload at once; ops/s and held / peak live
   --streams LIST     with --threads: own (a stream per thread), shared (the default
                      stream), or both (the default)
+  --round-ops N      with --threads: operations per thread in a timed round, at least
+                     (default 1000000; each thread replays its list to reach it)
   --devices LIST     instead, on a simulated node of each of LIST devices (e.g. 1,2,4,8,16)
                      with every pair peer-enabled: virtual ns per op of one pass, where each
                      cuMemAlloc pays peer registration
   --report DIR       everything into DIR: one thread, many threads (--threads, default
-                     1,2,4,8,16; resources pool, sharded, arena, async), memory held against
+                     1,2,4,8,16; resources pool, sharded, arena), memory held against
                      time (W1), cost against free holes, peer registration (sim only):
                      results.jsonl, report.md and SVG charts
   --peers FILES      comma-separated outputs of the peers' harness (RESULT and THREADS
@@ -83,6 +85,7 @@ pub(crate) struct Plan {
     pub(crate) devices: Option<Vec<u32>>,
     pub(crate) report: Option<std::path::PathBuf>,
     pub(crate) peers: Vec<String>,
+    pub(crate) round_ops: usize,
     pub(crate) json: bool,
 }
 
@@ -101,6 +104,7 @@ fn parse(mut a: Args) -> Result<Plan, String> {
     let devices = numbers::<u32>("--devices", a.value("--devices")?)?;
     let report = a.value("--report")?.map(std::path::PathBuf::from);
     let peers = list(a.value("--peers")?, &[]);
+    let round_ops = a.number::<usize>("--round-ops")?.unwrap_or(1_000_000);
     let json = a.flag("--json");
     a.finish()?;
     let mut shared = Vec::new();
@@ -131,6 +135,7 @@ fn parse(mut a: Args) -> Result<Plan, String> {
         devices,
         report,
         peers,
+        round_ops,
         json,
     })
 }

@@ -12,7 +12,9 @@ use super::bench_threads::{self as threads_mode, ThreadsPlan};
 use super::{EXIT_CANNOT_RUN, EXIT_FAIL, EXIT_PASS};
 
 /// Resources the many-threads runs use unless `--resource` names others.
-const THREADS_RESOURCES: [&str; 4] = ["pool", "sharded", "arena", "async"];
+/// (`async` is left out: a million `cuMemAllocAsync` per thread and round take minutes on a
+/// GPU; name it with `--resource` to include it.)
+const THREADS_RESOURCES: [&str; 3] = ["pool", "sharded", "arena"];
 /// Resources of the peer-registration runs unless `--resource` names others.
 const DEVICES_RESOURCES: [&str; 4] = ["cuda", "pool", "async", "managed"];
 /// Resources of the memory-against-time chart.
@@ -40,6 +42,7 @@ fn threads_plan(plan: &Plan, threads: &[usize]) -> ThreadsPlan {
         threads: threads.to_vec(),
         shared: plan.shared.clone(),
         passes: plan.passes,
+        round_ops: plan.round_ops,
     }
 }
 

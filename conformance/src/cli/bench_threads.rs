@@ -22,6 +22,8 @@ pub struct ThreadsPlan {
     pub shared: Vec<bool>,
     /// Timed rounds.
     pub passes: usize,
+    /// Operations per thread in a timed round, at least (the list is replayed to reach it).
+    pub round_ops: usize,
 }
 
 /// One line of the threads table (or a JSON line), or a note that a cell was skipped.
@@ -85,7 +87,9 @@ pub fn run(
                         shared_stream: shared,
                         timed_passes: plan.passes,
                         measure_held: true,
-                        ..ThreadsConfig::default()
+                        min_ops_per_round: plan.round_ops,
+                        // As the peers' harness: every 16th allocation on W3.
+                        held_poll_every: if w.name == "W3" { 16 } else { 1 },
                     };
                     let build = || named::build(r, Arc::clone(&d));
                     match bench_threads::run(&*d, build, r, w, &config) {

@@ -7,7 +7,7 @@
 //! [`repeats`] times, about a million operations), host clock from the barrier to
 //! the last thread's end plus a context synchronize, the median round reported as operations
 //! per second (all threads' operations over the round's wall time). Memory held is measured in
-//! one more round: every thread reads the device's free memory after each of its allocations,
+//! one more round on a freshly built resource: every thread reads the device's free memory after each of its allocations,
 //! and the peak of (free before the resource was built − free now) is kept; peak live is the
 //! peak of all threads' live bytes together, counted with an atomic.
 //!
@@ -54,11 +54,15 @@ pub struct ThreadsConfig {
     /// per timed round (at least once), so that thread start-up and scheduling noise do not
     /// count.
     pub min_ops_per_round: usize,
+    /// The measuring round reads free memory after every this-many allocations of a thread
+    /// (1: every one; the peers' harness reads every 16th on W3, whose million operations
+    /// would otherwise spend most of the round in `cuMemGetInfo`).
+    pub held_poll_every: usize,
 }
 
 impl Default for ThreadsConfig {
     /// One thread on its own stream, three timed rounds of at least a million operations per
-    /// thread, memory held measured.
+    /// thread, memory held measured after every allocation.
     fn default() -> Self {
         ThreadsConfig {
             threads: 1,
@@ -66,6 +70,7 @@ impl Default for ThreadsConfig {
             timed_passes: 3,
             measure_held: true,
             min_ops_per_round: 1_000_000,
+            held_poll_every: 1,
         }
     }
 }
@@ -125,6 +130,7 @@ struct Meter<'a> {
     live: AtomicU64,
     peak_live: AtomicU64,
     peak_held: AtomicU64,
+    poll_every: usize,
 }
 
 /// Runs one round: every thread replays `workload` once, starting together. Returns the wall
@@ -189,6 +195,7 @@ fn replay_metered<R: DeviceMemoryResource>(
         return replay_once(resource, workload, stream, || Ok(()));
     };
     let mut free_err = None;
+    let mut allocations = 0usize;
     workloads::replay(
         workload,
         |size| {
@@ -201,6 +208,10 @@ fn replay_metered<R: DeviceMemoryResource>(
             // Counted once the resource handed the memory out, so live never runs ahead.
             let live = m.live.fetch_add(size, Ordering::Relaxed) + size;
             m.peak_live.fetch_max(live, Ordering::Relaxed);
+            allocations += 1;
+            if allocations % m.poll_every != 0 {
+                return Ok::<_, MrError>((p, n));
+            }
             match m.driver.mem_get_info() {
                 Ok(info) => {
                     let held = m.free_before.saturating_sub(info.free);
@@ -224,8 +235,9 @@ fn replay_metered<R: DeviceMemoryResource>(
     free_err.map_or(Ok(()), Err)
 }
 
-/// Builds a resource with `build`, then measures `workload` replayed by `config.threads`
-/// threads at once (see the module doc).
+/// Builds a resource with `build`, measures the throughput of `workload` replayed by
+/// `config.threads` threads at once, then builds a fresh one for the round that measures
+/// memory held (see the module doc).
 ///
 /// # Errors
 ///
@@ -233,13 +245,12 @@ fn replay_metered<R: DeviceMemoryResource>(
 /// of the resource in any thread.
 pub fn run<R: DeviceMemoryResource>(
     driver: &dyn Driver,
-    build: impl FnOnce() -> MrResult<R>,
+    build: impl Fn() -> MrResult<R>,
     label: &str,
     workload: &Workload,
     config: &ThreadsConfig,
 ) -> MrResult<ThreadsResult> {
     let threads = config.threads.max(1);
-    let free_before = driver.mem_get_info()?.free;
     let mut streams = Vec::with_capacity(threads);
     for _ in 0..threads {
         streams.push(if config.shared_stream {
@@ -259,20 +270,27 @@ pub fn run<R: DeviceMemoryResource>(
         times.sort_by(f64::total_cmp);
         let median = times[times.len() / 2];
         let ops = workload.ops.len() * threads * repeat;
+        drop(resource);
         let (mut peak_held, mut peak_live) = (0, 0);
         if config.measure_held {
+            // A fresh resource: what it holds then comes from this round alone, whose peak
+            // live is measured (a resource that served earlier rounds still holds for their
+            // peaks, which a round in another interleaving of the threads may not reach).
+            driver.context_synchronize()?;
+            let free_before = driver.mem_get_info()?.free;
+            let resource = build()?;
             let meter = Meter {
                 driver,
                 free_before,
                 live: AtomicU64::new(0),
                 peak_live: AtomicU64::new(0),
                 peak_held: AtomicU64::new(0),
+                poll_every: config.held_poll_every.max(1),
             };
             round(driver, &resource, workload, &streams, Some(&meter), 1)?;
             peak_held = meter.peak_held.load(Ordering::Relaxed);
             peak_live = meter.peak_live.load(Ordering::Relaxed);
         }
-        drop(resource);
         Ok(ThreadsResult {
             resource: label.to_string(),
             workload: workload.name.clone(),
