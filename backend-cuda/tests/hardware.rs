@@ -485,3 +485,7 @@ fn pool_workloads() {
         }
     }
 }
+
+/// Several GPUs: skipped cleanly with fewer than two.
+#[path = "hardware/multi_gpu.rs"]
+mod multi_gpu;

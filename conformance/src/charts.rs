@@ -162,7 +162,10 @@ impl BarChart {
     }
 
     fn draw(&self, root: &Area<'_>) -> Result<(), String> {
-        let values = self.series.iter().flat_map(|(_, v)| v.iter().flatten().copied());
+        let values = self
+            .series
+            .iter()
+            .flat_map(|(_, v)| v.iter().flatten().copied());
         let (lo, hi) = axis_range(values, self.log_y, true);
         let n_groups = self.groups.len().max(1);
         let n_series = self.series.len().max(1);
@@ -379,6 +382,9 @@ mod tests {
         assert_eq!(short(1500.0), "1.5k");
         assert_eq!(short(2e6), "2M");
         assert_eq!(short(0.25), "0.25");
-        assert_eq!(axis_range([3.0, 450.0].into_iter(), true, true), (1.0, 1000.0));
+        assert_eq!(
+            axis_range([3.0, 450.0].into_iter(), true, true),
+            (1.0, 1000.0)
+        );
     }
 }

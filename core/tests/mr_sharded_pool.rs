@@ -74,7 +74,10 @@ fn warm_threads_allocate_without_driver_calls_or_the_shared_pool() {
     run(100);
     let (held, live) = r.shard_bytes();
     assert_eq!(live, 0);
-    assert!(held <= threads as u64 * 2 * MIB, "each shard keeps one spare chunk: {held}");
+    assert!(
+        held <= threads as u64 * 2 * MIB,
+        "each shard keeps one spare chunk: {held}"
+    );
     let before = g.call_count();
     // New threads get new shards (thread numbers go on), which take one chunk each.
     run(5_000);
@@ -119,14 +122,21 @@ fn memory_one_thread_stops_using_serves_another() {
     on_thread(&g, fill);
     on_thread(&g, fill);
     r.release().unwrap();
-    assert_eq!(g.device_memory_used(DeviceId(0)), 0, "release gives all back");
+    assert_eq!(
+        g.device_memory_used(DeviceId(0)),
+        0,
+        "release gives all back"
+    );
 }
 
 #[test]
 fn memory_freed_on_another_stream_is_reused_only_after_an_event() {
     let g = gpu(GIB);
     let r = sharded(&g, 1);
-    let (a, b) = (g.stream_create(true).unwrap(), g.stream_create(true).unwrap());
+    let (a, b) = (
+        g.stream_create(true).unwrap(),
+        g.stream_create(true).unwrap(),
+    );
     let p = r.allocate(1 << 20, a).unwrap();
     g.device_access(p, 1 << 20, a, true).unwrap();
     r.deallocate(p, 1 << 20, a).unwrap();
@@ -140,7 +150,11 @@ fn memory_freed_on_another_stream_is_reused_only_after_an_event() {
     // Nothing else fits on b: the shard takes a's block after ordering b after a.
     let q = r.allocate(1 << 20, b).unwrap();
     if q == p {
-        assert_eq!(waits(&g), before + 1, "b waits on a before reusing a's block");
+        assert_eq!(
+            waits(&g),
+            before + 1,
+            "b waits on a before reusing a's block"
+        );
     }
     g.device_access(q, 1 << 20, b, true).unwrap();
     r.deallocate(q, 1 << 20, b).unwrap();
@@ -189,7 +203,8 @@ fn held_stays_under_a_quarter_above_peak_live_with_up_to_eight_threads() {
         // As `emm bench` builds `sharded`: a shared pool of cuMemAlloc chunks.
         let build = || {
             let up = CudaResource::<SimDriver>::new(Arc::clone(&d));
-            let shared = PoolResource::with_options(up, PoolOptions::default().backing(Backing::Chunks))?;
+            let shared =
+                PoolResource::with_options(up, PoolOptions::default().backing(Backing::Chunks))?;
             Ok(ShardedPoolResource::over(shared, 8))
         };
         let res = bench_threads::run(&g, build, "sharded", &w, &config).unwrap();
@@ -201,6 +216,10 @@ fn held_stays_under_a_quarter_above_peak_live_with_up_to_eight_threads() {
             "{threads} threads, shared stream {shared_stream}: held {:.3} × peak live",
             res.held_over_live()
         );
-        assert_eq!(g.device_memory_used(DeviceId(0)), 0, "dropped: all given back");
+        assert_eq!(
+            g.device_memory_used(DeviceId(0)),
+            0,
+            "dropped: all given back"
+        );
     }
 }

@@ -6,12 +6,12 @@
 
 use std::sync::Arc;
 
-use emm_core::mr::bench::replay_once;
-use emm_core::mr::named;
-use emm_core::workloads::{Op, Workload};
 use emm_core::contract::{
     get_ipc_handle_via_driver, open_on_device, IpcAccess, MemoryPointer, SourceInfo,
 };
+use emm_core::mr::bench::replay_once;
+use emm_core::mr::named;
+use emm_core::workloads::{Op, Workload};
 use emm_core::{ContextId, DeviceId, Driver, StreamId};
 use emm_sim::{SimConfig, SimDriver, GIB};
 
@@ -20,7 +20,9 @@ fn node(devices: u32) -> SimDriver {
 }
 
 fn contexts(g: &SimDriver, n: u32) -> Vec<ContextId> {
-    (0..n).map(|d| g.primary_context(DeviceId(d)).unwrap()).collect()
+    (0..n)
+        .map(|d| g.primary_context(DeviceId(d)).unwrap())
+        .collect()
 }
 
 const RESOURCES: [&str; 5] = ["pool", "sharded", "arena", "binning", "cuda"];
@@ -46,14 +48,26 @@ fn each_device_s_resource_allocates_on_its_device_whatever_is_current() {
             let p = r.allocate(64 << 20, StreamId::DEFAULT).unwrap();
             for k in 0..4u32 {
                 let grew = g.device_memory_used(DeviceId(k)) > before[k as usize];
-                assert_eq!(grew, k as usize == d, "{name}: device {d}'s allocation grew device {k}");
+                assert_eq!(
+                    grew,
+                    k as usize == d,
+                    "{name}: device {d}'s allocation grew device {k}"
+                );
             }
-            assert_eq!(g.current_context().unwrap(), ctxs[0], "{name}: current context restored");
+            assert_eq!(
+                g.current_context().unwrap(),
+                ctxs[0],
+                "{name}: current context restored"
+            );
             r.deallocate(p, 64 << 20, StreamId::DEFAULT).unwrap();
         }
         drop(resources);
         for k in 0..4 {
-            assert_eq!(g.device_memory_used(DeviceId(k)), 0, "{name}: device {k} given back");
+            assert_eq!(
+                g.device_memory_used(DeviceId(k)),
+                0,
+                "{name}: device {k} given back"
+            );
         }
     }
 }
@@ -69,7 +83,10 @@ fn a_peer_touches_a_pool_s_memory_only_after_access_is_granted() {
     g.set_current_context(ctxs[1]).unwrap();
     assert!(g.can_access_peer(DeviceId(1), DeviceId(0)).unwrap());
     let refused = g.device_access(p, 4096, StreamId::DEFAULT, false);
-    assert!(refused.is_err() || !g.report().violations.is_empty(), "access before enabling");
+    assert!(
+        refused.is_err() || !g.report().violations.is_empty(),
+        "access before enabling"
+    );
     g.enable_peer_access(ctxs[0]).unwrap();
     let before = g.report().violations.len();
     g.device_access(p, 4096, StreamId::DEFAULT, true).unwrap();
@@ -118,8 +135,14 @@ fn a_pool_removes_the_peer_registration_cost_of_cu_mem_alloc() {
     };
     let (cuda1, cuda16) = (cost(1, "cuda"), cost(16, "cuda"));
     let (pool1, pool16) = (cost(1, "pool"), cost(16, "pool"));
-    assert!(cuda16 > 1.5 * cuda1, "cudaMalloc grows with peers: {cuda1} → {cuda16}");
-    assert!(pool16 < cuda16 / 50.0, "the pool removes it: {pool16} against {cuda16}");
+    assert!(
+        cuda16 > 1.5 * cuda1,
+        "cudaMalloc grows with peers: {cuda1} → {cuda16}"
+    );
+    assert!(
+        pool16 < cuda16 / 50.0,
+        "the pool removes it: {pool16} against {cuda16}"
+    );
     assert!(pool1 <= pool16);
 }
 
@@ -143,7 +166,10 @@ fn ipc_across_devices(peer_access: bool) -> IpcAccess {
     let source = SourceInfo::of(&a, DeviceId(0)).unwrap();
     let mut handle =
         get_ipc_handle_via_driver(&a, &MemoryPointer::new(a_ctx, p, n, None), source).unwrap();
-    assert!(handle.offset > 0, "suballocated: the pointer is inside a chunk");
+    assert!(
+        handle.offset > 0,
+        "suballocated: the pointer is inside a chunk"
+    );
 
     let b = a.process();
     let b_driver: Arc<dyn Driver> = Arc::new(b.clone());
@@ -154,7 +180,8 @@ fn ipc_across_devices(peer_access: bool) -> IpcAccess {
     let mut seen = vec![0u8; n];
     b.memcpy_dtoh(&mut seen, import.ptr(), None).unwrap();
     assert!(seen == pattern, "the bytes arrive intact");
-    b.device_access(import.ptr(), n, StreamId::DEFAULT, false).unwrap();
+    b.device_access(import.ptr(), n, StreamId::DEFAULT, false)
+        .unwrap();
     b.context_synchronize().unwrap();
     assert!(b.report().violations.is_empty(), "{:?}", b.report());
     let access = import.access();

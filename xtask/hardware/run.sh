@@ -7,7 +7,10 @@
 #
 # Environment: RESULTS (default: results/ beside this script), EMM_SEED (default 1),
 # PARTS (default smoke,check,bench,peers: which parts run; split them across calls where one
-# call may not run long), ANCHOR_BUDGET_S for the peers' time budget.
+# call may not run long; multigpu, threads-peers and report are extra parts: the multi-GPU
+# tests, the peers driven by many
+# threads, then `emm bench --report` with every chart), ANCHOR_BUDGET_S for the peers' time
+# budget, THREADS and ROUND_OPS for the many-threads runs (default 1,2,4,8,16 and 1000000).
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 RESULTS=${RESULTS:-$HERE/results}
@@ -28,6 +31,13 @@ echo "==> hardware smoke tests"
 "$HERE/bin/emm-cuda-hardware" --test-threads=1 > "$RESULTS/hardware-tests.log" 2>&1
 echo "hardware_tests_exit: $?" >> "$RESULTS/env.txt"
 tail -3 "$RESULTS/hardware-tests.log"
+fi
+
+if part multigpu; then
+echo "==> multi-GPU tests (skipped cleanly with one GPU)"
+"$HERE/bin/emm-cuda-hardware" --test-threads=1 multi_gpu > "$RESULTS/multi-gpu-tests.log" 2>&1
+echo "multi_gpu_tests_exit: $?" >> "$RESULTS/env.txt"
+grep -E "test result|skipped|IPC across" "$RESULTS/multi-gpu-tests.log"
 fi
 
 if part check; then
@@ -61,6 +71,24 @@ if part peers && [ -d "$HERE/peers" ]; then
   echo "==> peers"
   OUT="$RESULTS/peers" ANCHOR_BUDGET_S=${ANCHOR_BUDGET_S:-240} bash "$HERE/peers/run_all.sh" > "$RESULTS/peers.log" 2>&1
   python3 "$HERE/peers/make_table.py" "$RESULTS/peers/results.raw" "$RESULTS/peers/env.txt" > "$RESULTS/peers/results.md" 2>> "$RESULTS/peers.log"
+fi
+
+if part threads-peers; then
+  echo "==> the peers driven by many threads"
+  RESULTS="$RESULTS" PEERS="$HERE/peers" bash "$HERE/threads.sh"
+fi
+
+if part report; then
+  echo "==> emm bench --report: one thread, many threads, held against time, holes, charts"
+  PEER_FILES=""
+  for f in "$RESULTS/peers/results.raw" "$RESULTS/threads-peers.raw"; do
+    [ -s "$f" ] && PEER_FILES="${PEER_FILES:+$PEER_FILES,}$f"
+  done
+  "$EMM" bench --backend cuda --report "$RESULTS/report" --threads "${THREADS:-1,2,4,8,16}" \
+    --round-ops "${ROUND_OPS:-1000000}" --resource pool,pool-vmm,sharded,arena,binning,async \
+    ${PEER_FILES:+--peers "$PEER_FILES"} > "$RESULTS/report.log" 2>&1
+  echo "report exit: $?"
+  tail -3 "$RESULTS/report.log"
 fi
 
 python3 "$HERE/report.py" "$RESULTS"

@@ -11,6 +11,9 @@ use crate::{cargo, run, wasm, workspace_root, Failure};
 /// The run script and the report maker, shipped in the bundle.
 const RUN_SH: &str = include_str!("../hardware/run.sh");
 const REPORT_PY: &str = include_str!("../hardware/report.py");
+/// The peers driven by many threads: its build-and-run script and its source.
+const THREADS_SH: &str = include_str!("../hardware/threads.sh");
+const PEERS_THREADS_CU: &str = include_str!("../hardware/peers_threads.cu");
 
 fn fail(reason: String) -> Failure {
     Failure {
@@ -127,6 +130,8 @@ fn bundle() -> Result<PathBuf, Failure> {
     }
     write(&dir.join("run.sh"), RUN_SH)?;
     write(&dir.join("report.py"), REPORT_PY)?;
+    write(&dir.join("threads.sh"), THREADS_SH)?;
+    write(&dir.join("peers_threads.cu"), PEERS_THREADS_CU)?;
     make_executable(&dir.join("run.sh"))?;
     eprintln!("==> hardware: bundle in {}", dir.display());
     Ok(dir)

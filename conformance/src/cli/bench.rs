@@ -117,7 +117,9 @@ fn parse(mut a: Args) -> Result<Plan, String> {
     }
     let mut wl = Vec::new();
     for n in &names {
-        wl.push(workloads::by_name(n).ok_or_else(|| format!("no workload {n:?}; known: W1, W2, W3"))?);
+        wl.push(
+            workloads::by_name(n).ok_or_else(|| format!("no workload {n:?}; known: W1, W2, W3"))?,
+        );
     }
     if let Some(d) = &devices {
         if let Some(bad) = d.iter().find(|&&n| !(1..=16).contains(&n)) {

@@ -136,7 +136,8 @@ pub fn peered_node(devices: u32) -> Result<SimDriver, String> {
             sim.enable_peer_access(p).map_err(|e| e.to_string())?;
         }
     }
-    sim.set_current_context(ctxs[0]).map_err(|e| e.to_string())?;
+    sim.set_current_context(ctxs[0])
+        .map_err(|e| e.to_string())?;
     Ok(sim)
 }
 

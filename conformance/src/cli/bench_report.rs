@@ -163,11 +163,12 @@ impl Collected {
             .iter()
             .map(|w| {
                 let mut series: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
-                let mut push = |name: String, x: f64, y: f64| {
-                    match series.iter_mut().find(|(n, _)| *n == name) {
-                        Some((_, pts)) => pts.push((x, y)),
-                        None => series.push((name, vec![(x, y)])),
-                    }
+                let mut push = |name: String, x: f64, y: f64| match series
+                    .iter_mut()
+                    .find(|(n, _)| *n == name)
+                {
+                    Some((_, pts)) => pts.push((x, y)),
+                    None => series.push((name, vec![(x, y)])),
                 };
                 for r in self.threads.iter().filter(|r| &r.workload == w) {
                     let s = if r.shared_stream { "shared" } else { "own" };
@@ -393,9 +394,13 @@ impl Collected {
 /// `PyTorch caching`.
 fn peer_name(label: &str) -> String {
     let l = label
-        .trim_start_matches(|c: char| c.is_ascii_uppercase() && label.as_bytes().get(1) == Some(&b'_'))
+        .trim_start_matches(|c: char| {
+            c.is_ascii_uppercase() && label.as_bytes().get(1) == Some(&b'_')
+        })
         .trim_start_matches('_');
-    let l = l.replacen("rmm_", "RMM ", 1).replacen("torch_", "PyTorch ", 1);
+    let l = l
+        .replacen("rmm_", "RMM ", 1)
+        .replacen("torch_", "PyTorch ", 1);
     l.replace('_', " ")
 }
 
@@ -419,7 +424,9 @@ mod tests {
                 ns_per_op: 954.0
             }
         );
-        assert!(matches!(&p[1], PeerFigure::Threads { threads: 8, shared: true, held_over_live: Some(h), .. } if (*h - 1.5).abs() < 1e-9));
+        assert!(
+            matches!(&p[1], PeerFigure::Threads { threads: 8, shared: true, held_over_live: Some(h), .. } if (*h - 1.5).abs() < 1e-9)
+        );
         assert_eq!(peer_name("C_rmm_pool"), "RMM pool");
         assert_eq!(peer_name("D_torch_caching"), "PyTorch caching");
         assert_eq!(peer_name("rmm_arena"), "RMM arena");

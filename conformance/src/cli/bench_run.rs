@@ -31,9 +31,11 @@ fn exit(failed: bool) -> i32 {
     }
 }
 
-fn threads_plan(plan: &Plan, threads: &[usize]) -> ThreadsPlan {
+/// The many-threads plan: `--resource`'s names when `named` and given, else
+/// [`THREADS_RESOURCES`].
+fn threads_plan(plan: &Plan, threads: &[usize], named: bool) -> ThreadsPlan {
     ThreadsPlan {
-        resources: if plan.resources_given {
+        resources: if named && plan.resources_given {
             plan.resources.clone()
         } else {
             THREADS_RESOURCES.iter().map(|s| s.to_string()).collect()
@@ -51,7 +53,7 @@ pub(crate) fn threads(plan: &Plan, cuda: &Option<Arc<dyn Driver>>, threads: &[us
     if !plan.json {
         threads_mode::header();
     }
-    let tp = threads_plan(plan, threads);
+    let tp = threads_plan(plan, threads, true);
     let each = |r: &emm_core::mr::bench_threads::ThreadsResult| {
         threads_mode::print(r, &plan.backend, plan.json)
     };
@@ -134,7 +136,10 @@ pub(crate) fn report(plan: &Plan, cuda: &Option<Arc<dyn Driver>>, dir: &Path) ->
     }
 }
 
-fn collect(plan: &Plan, cuda: &Option<Arc<dyn Driver>>) -> Result<(Collected, String, bool), String> {
+fn collect(
+    plan: &Plan,
+    cuda: &Option<Arc<dyn Driver>>,
+) -> Result<(Collected, String, bool), String> {
     let mut c = Collected::default();
     let mut jsonl = String::new();
     let mut line = |v: serde_json::Value| {
@@ -164,7 +169,8 @@ fn collect(plan: &Plan, cuda: &Option<Arc<dyn Driver>>) -> Result<(Collected, St
     eprintln!("==> many threads");
     let counts = plan.threads.clone().unwrap_or_else(|| vec![1, 2, 4, 8, 16]);
     threads_mode::header();
-    let tp = threads_plan(plan, &counts);
+    // `--resource` names the one-thread resources here; threads run the default three.
+    let tp = threads_plan(plan, &counts, false);
     let (th, f) = threads_mode::run(&tp, &|| make_driver(cuda), |r| {
         threads_mode::print(r, &plan.backend, false)
     })?;
@@ -180,8 +186,10 @@ fn collect(plan: &Plan, cuda: &Option<Arc<dyn Driver>>) -> Result<(Collected, St
     for r in TIMELINE_RESOURCES {
         match measure::timeline(&make_driver(cuda)?, r, &w1, 100) {
             Ok(t) => {
-                line(serde_json::json!({"kind": "timeline", "resource": r, "workload": "W1",
-                    "points": t.points}));
+                line(
+                    serde_json::json!({"kind": "timeline", "resource": r, "workload": "W1",
+                    "points": t.points}),
+                );
                 c.timelines.push(t);
             }
             Err(e) => {
@@ -196,8 +204,10 @@ fn collect(plan: &Plan, cuda: &Option<Arc<dyn Driver>>) -> Result<(Collected, St
             Ok(v) => {
                 for (h, ns) in v {
                     println!("{r:<10} holes={h:<7} {ns:>8.1} ns/op");
-                    line(serde_json::json!({"kind": "holes", "resource": r, "holes": h,
-                        "ns_per_op": ns}));
+                    line(
+                        serde_json::json!({"kind": "holes", "resource": r, "holes": h,
+                        "ns_per_op": ns}),
+                    );
                     c.holes.push((r.to_string(), h, ns));
                 }
             }
@@ -219,8 +229,10 @@ fn collect(plan: &Plan, cuda: &Option<Arc<dyn Driver>>) -> Result<(Collected, St
         let (dv, f) = devices_results(&p, &devices);
         failed |= f;
         for (r, w, n, ns) in &dv {
-            line(serde_json::json!({"kind": "devices", "resource": r, "workload": w,
-                "devices": n, "virtual_ns_per_op": ns}));
+            line(
+                serde_json::json!({"kind": "devices", "resource": r, "workload": w,
+                "devices": n, "virtual_ns_per_op": ns}),
+            );
         }
         c.devices = dv;
     }

@@ -105,7 +105,10 @@ pub fn open_on_device(
     let target_dev = d.context_device(target)?;
     let source_dev = DeviceId(handle.source_info.device);
     let size = usize::try_from(handle.size).map_err(|_| {
-        EmmError::invalid("open_on_device", "the exported size does not fit this process")
+        EmmError::invalid(
+            "open_on_device",
+            "the exported size does not fit this process",
+        )
     })?;
     if target_dev == source_dev {
         let p = with_context(d, target, || handle.open(Arc::clone(&driver), target))?;

@@ -90,5 +90,7 @@ pub fn build(name: &str, driver: Shared) -> MrResult<Arc<dyn DeviceMemoryResourc
 
 /// Shards of `sharded`: twice the hardware threads, at least 4.
 fn shard_count() -> usize {
-    std::thread::available_parallelism().map_or(4, |n| 2 * n.get()).max(4)
+    std::thread::available_parallelism()
+        .map_or(4, |n| 2 * n.get())
+        .max(4)
 }

@@ -45,7 +45,6 @@ use crate::mr::{assert_resource, DeviceMemoryResource, MrError, MrResult};
 
 const NAME: &str = "ShardedPoolResource";
 
-
 /// Shards take chunks of the request rounded up to this from the shared pool.
 pub const SHARD_CHUNK: u64 = 512 << 10;
 
@@ -265,7 +264,12 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
                 // thread allocating and freeing one block in a loop never reaches the shared
                 // pool.
                 let (held, live) = (s.heap.held(), s.heap.live_bytes());
-                let Some(c) = s.heap.chunks().iter().find(|c| c.base <= ptr.0 && ptr.0 - c.base < c.size) else {
+                let Some(c) = s
+                    .heap
+                    .chunks()
+                    .iter()
+                    .find(|c| c.base <= ptr.0 && ptr.0 - c.base < c.size)
+                else {
                     return Ok(Ok(()));
                 };
                 let rest = held - c.size;
