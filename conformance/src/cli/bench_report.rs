@@ -431,4 +431,64 @@ mod tests {
         assert_eq!(peer_name("D_torch_caching"), "PyTorch caching");
         assert_eq!(peer_name("rmm_arena"), "RMM arena");
     }
+
+    #[test]
+    fn a_report_folder_has_its_tables_and_a_chart_per_measurement() {
+        let single = BenchResult {
+            resource: "pool".into(),
+            workload: "W1".into(),
+            ops: 10,
+            ns_per_op: 40.0,
+            peak_held_bytes: 110,
+            peak_live_bytes: 100,
+        };
+        let threads = |n: usize, ops_per_s: f64| ThreadsResult {
+            resource: "sharded".into(),
+            workload: "W1".into(),
+            threads: n,
+            shared_stream: false,
+            ops: 10 * n,
+            ops_per_s,
+            peak_held_bytes: 120,
+            peak_live_bytes: 100,
+        };
+        let c = Collected {
+            device: "sim test".into(),
+            single: vec![single],
+            threads: vec![threads(1, 1e6), threads(2, 1.9e6)],
+            timelines: vec![Timeline {
+                resource: "pool".into(),
+                workload: "W1".into(),
+                points: vec![(0, 0, 0), (100, 1 << 20, 2 << 20), (200, 0, 2 << 20)],
+            }],
+            holes: vec![("pool".into(), 1, 20.0), ("pool".into(), 1000, 21.0)],
+            devices: vec![
+                ("cuda".into(), "W1".into(), 1, 7000.0),
+                ("cuda".into(), "W1".into(), 16, 22000.0),
+            ],
+            peers: parse_peers("RESULT C_rmm_pool W1 status=ok ns_per_op=954.0\n"),
+        };
+        let dir = std::env::temp_dir().join(format!("emm-report-{}", std::process::id()));
+        let files = c.write(&dir, "{}\n").unwrap();
+        for f in [
+            "results.jsonl",
+            "report.md",
+            "ns_per_op.svg",
+            "threads.svg",
+            "held_over_time.svg",
+            "holes.svg",
+            "devices.svg",
+        ] {
+            assert!(files.iter().any(|x| x == f), "{f} missing from {files:?}");
+            assert!(dir.join(f).is_file());
+        }
+        let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
+        assert!(
+            md.contains("| sharded | W1 | own | 2 | 1900000 | 1.90 | 1.200 |"),
+            "{md}"
+        );
+        let bars = std::fs::read_to_string(dir.join("ns_per_op.svg")).unwrap();
+        assert!(bars.contains("RMM pool") && bars.contains("emm pool"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
