@@ -25,7 +25,7 @@ fn contexts(g: &SimDriver, n: u32) -> Vec<ContextId> {
         .collect()
 }
 
-const RESOURCES: [&str; 5] = ["pool", "sharded", "arena", "binning", "cuda"];
+const RESOURCES: [&str; 6] = ["pool", "pool-vmm", "sharded", "arena", "binning", "cuda"];
 
 #[test]
 fn each_device_s_resource_allocates_on_its_device_whatever_is_current() {

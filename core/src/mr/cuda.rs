@@ -18,6 +18,7 @@ use std::sync::Arc;
 use crate::attribution::CallerScope;
 use crate::driver::{ContextId, DevicePtr, Driver, MemInfo, StreamId};
 use crate::error::CudaCode;
+use crate::mr::detail::context_scope::ContextScope;
 use crate::mr::{assert_resource, DeviceMemoryResource, MrError, MrResult};
 
 /// Device memory from `cuMemAlloc`, returned with `cuMemFree`.
@@ -48,22 +49,8 @@ impl<D: Driver> CudaResource<D> {
     /// One driver call (`cuCtxGetCurrent`) when the context is already current; three when
     /// it must be switched and restored.
     fn in_context<T>(&self, f: impl FnOnce() -> T) -> T {
-        let Some(ctx) = self.context else {
-            return f();
-        };
-        match self.driver.current_context() {
-            Ok(cur) if cur == ctx => f(),
-            cur => {
-                if self.driver.set_current_context(ctx).is_err() {
-                    return f();
-                }
-                let r = f();
-                if let Ok(c) = cur {
-                    let _ = self.driver.set_current_context(c);
-                }
-                r
-            }
-        }
+        let _scope = ContextScope::enter(&*self.driver, self.context);
+        f()
     }
 }
 

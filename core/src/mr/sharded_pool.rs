@@ -8,10 +8,9 @@
 //!   A shard serves every size — unlike `ArenaResource`, which sends requests above 256 KiB to
 //!   its global arena — from chunks it takes from the shared pool (the request rounded up to
 //!   [`SHARD_CHUNK`], 512 KiB). Memory held stays
-//!   bounded: before a shard takes a chunk it gives back its wholly free chunks if it would
-//!   otherwise hold more than 1.05 × its live bytes (as the pool does with its upstream); a
-//!   free that leaves a chunk wholly free gives it back at once when the shard's other chunks
-//!   still hold 1.05 × its live bytes (so a shard keeps at most one spare chunk);
+//!   bounded: a free that leaves a chunk wholly free gives it back to the shared pool at once
+//!   unless the shard holds less than 1.05 × its live bytes plus two chunks' worth (so a
+//!   shard's spare room stays within that, with no scan of its chunks);
 //!   and when the shared pool runs out of memory, every shard's wholly free chunks go back and
 //!   the request is tried once more. The shared pool coalesces chunks given back, so memory a
 //!   thread stops using flows to the threads that need it.
@@ -36,8 +35,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use crate::attribution::CallerScope;
-use crate::driver::{DevicePtr, Driver, MemInfo, StreamId};
-use crate::mr::detail::growth::{should_trim, TRIM_ABOVE_LIVE};
+use crate::driver::{ContextId, DevicePtr, Driver, MemInfo, StreamId};
+use crate::mr::detail::context_scope::ContextScope;
+use crate::mr::detail::growth::TRIM_ABOVE_LIVE;
 use crate::mr::detail::heap::{round_to_granule, CoalescingHeap, FreeError};
 use crate::mr::detail::stream_order::StreamOrder;
 use crate::mr::pool::PoolResource;
@@ -107,6 +107,8 @@ pub struct ShardedPoolResource<Up: DeviceMemoryResource> {
     /// threads that start together get shards of their own).
     next: AtomicUsize,
     shared: PoolResource<Up>,
+    /// The context current when built: made current for the shards' driver calls (events).
+    context: Option<ContextId>,
 }
 
 impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
@@ -125,6 +127,7 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
             shards: (0..n).map(|_| Padded::default()).collect(),
             mask: n - 1,
             next: AtomicUsize::new(0),
+            context: shared.driver().current_context().ok(),
             shared,
         }
     }
@@ -185,6 +188,7 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
         bytes: u64,
         stream: StreamId,
     ) -> MrResult<DevicePtr> {
+        let _ctx = ContextScope::enter(self.shared.driver(), self.context);
         let slot = s.heap.slot(stream);
         if let Some(other) = s.heap.find_elsewhere(slot, size) {
             let source = s.heap.stream_of(other);
@@ -202,11 +206,6 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
             requested: bytes,
             available: None,
         })?;
-        if should_trim(s.heap.held(), chunk, s.heap.live_bytes(), size) {
-            // Wholly free chunks here are all smaller than the request: the shared pool may
-            // merge them into one that fits.
-            self.give_back(s, 0)?;
-        }
         let n = usize::try_from(chunk).map_err(|_| MrError::OutOfMemory {
             resource: NAME,
             requested: bytes,
@@ -257,24 +256,15 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
             None if s.heap.is_live(ptr.0) => s.heap.slot(stream),
             None => return Err(FreeError::NotLive),
         };
-        match s.heap.deallocate(ptr.0, bytes, slot) {
-            Ok((_, true)) => {
+        match s.heap.deallocate_in_chunk(ptr.0, bytes, slot) {
+            Ok((_, Some(base))) => {
                 // Give the wholly free chunk back while the rest of the shard still holds
                 // 1.05 × its live bytes; keep it when it is the shard's last room, so that a
                 // thread allocating and freeing one block in a loop never reaches the shared
                 // pool.
                 let (held, live) = (s.heap.held(), s.heap.live_bytes());
-                let Some(c) = s
-                    .heap
-                    .chunks()
-                    .iter()
-                    .find(|c| c.base <= ptr.0 && ptr.0 - c.base < c.size)
-                else {
-                    return Ok(Ok(()));
-                };
-                let rest = held - c.size;
-                if rest > 0 && rest as f64 >= TRIM_ABOVE_LIVE * live as f64 {
-                    if let Some((c, st)) = s.heap.take_free_chunk(ptr.0) {
+                if held as f64 >= TRIM_ABOVE_LIVE * live as f64 + (2 * SHARD_CHUNK) as f64 {
+                    if let Some((c, st)) = s.heap.take_free_chunk_at(base) {
                         let r = self
                             .shared
                             .deallocate(DevicePtr(c.base), c.size as usize, st);
@@ -391,6 +381,7 @@ impl<Up: DeviceMemoryResource> DeviceMemoryResource for ShardedPoolResource<Up> 
     /// on several streams first, after a context synchronize), then the shared pool's free
     /// chunks to the upstream.
     fn release(&self) -> MrResult<u64> {
+        let _ctx = ContextScope::enter(self.shared.driver(), self.context);
         let mut first_err = None;
         let driver = self.shared.driver();
         for k in 0..self.shards.len() {
@@ -414,6 +405,7 @@ impl<Up: DeviceMemoryResource> DeviceMemoryResource for ShardedPoolResource<Up> 
 
 impl<Up: DeviceMemoryResource> Drop for ShardedPoolResource<Up> {
     fn drop(&mut self) {
+        let _ctx = ContextScope::enter(self.shared.driver(), self.context);
         let _scope = CallerScope::enter(NAME);
         let driver = self.shared.driver();
         for s in self.shards.iter_mut() {
