@@ -122,11 +122,11 @@ impl<Up: DeviceMemoryResource> ArenaResource<Up> {
         bytes: u64,
         stream: StreamId,
     ) -> MrResult<DevicePtr> {
-        let _ctx = ContextScope::enter(self.global.driver(), self.context);
         let slot = a.heap.slot(stream);
         if let Some(other) = a.heap.find_elsewhere(slot, size) {
             let source = a.heap.stream_of(other);
             {
+                let _ctx = ContextScope::enter(self.global.driver(), self.context);
                 let _scope = CallerScope::enter(NAME);
                 a.order.order(self.global.driver(), source, stream)?;
             }

@@ -289,12 +289,13 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
         bytes: u64,
         stream: StreamId,
     ) -> MrResult<DevicePtr> {
-        let _ctx = ContextScope::enter(self.upstream.driver(), self.context);
         let slot = st.heap.slot(stream);
         // The end of an expandable segment, kept for what nothing below it fits.
         if let Some(p) = st.heap.allocate_wild(slot, size, bytes) {
             return Ok(DevicePtr(p));
         }
+        // From here on the driver may be called: events, growth.
+        let _ctx = ContextScope::enter(self.upstream.driver(), self.context);
         if let Some(other) = st.heap.find_elsewhere(slot, size) {
             let source = st.heap.stream_of(other);
             {

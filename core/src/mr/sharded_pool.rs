@@ -188,11 +188,11 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
         bytes: u64,
         stream: StreamId,
     ) -> MrResult<DevicePtr> {
-        let _ctx = ContextScope::enter(self.shared.driver(), self.context);
         let slot = s.heap.slot(stream);
         if let Some(other) = s.heap.find_elsewhere(slot, size) {
             let source = s.heap.stream_of(other);
             {
+                let _ctx = ContextScope::enter(self.shared.driver(), self.context);
                 let _scope = CallerScope::enter(NAME);
                 s.order.order(self.shared.driver(), source, stream)?;
             }
