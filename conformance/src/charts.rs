@@ -167,6 +167,8 @@ impl BarChart {
             .iter()
             .flat_map(|(_, v)| v.iter().flatten().copied());
         let (lo, hi) = axis_range(values, self.log_y, true);
+        // Room above the tallest bar for the legend.
+        let hi = if self.log_y { hi * 10.0 } else { hi * 1.6 };
         let n_groups = self.groups.len().max(1);
         let n_series = self.series.len().max(1);
         let groups = self.groups.clone();
@@ -244,7 +246,7 @@ impl BarChart {
             chart
                 .draw_series(mine.iter().map(|(_, r)| Rectangle::new(*r, c.filled())))
                 .map_err(err)?
-                .label(name.as_str())
+                .label(format!("{name}   "))
                 .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], c.filled()));
         }
         chart
@@ -285,6 +287,12 @@ impl LineChart {
         let ys = panel.series.iter().flat_map(|(_, p)| p.iter().map(|q| q.1));
         let (x0, x1) = axis_range(xs, self.log_x, false);
         let (y0, y1) = axis_range(ys, self.log_y, true);
+        // Room above the data for the legend.
+        let y1 = if self.log_y {
+            y1 * 10.0
+        } else {
+            y0 + (y1 - y0) * 1.45
+        };
         let mut builder = ChartBuilder::on(area);
         builder
             .caption(&panel.title, ("sans-serif", 18))
@@ -312,7 +320,7 @@ impl LineChart {
                     chart
                         .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))
                         .map_err(err)?
-                        .label(name.as_str())
+                        .label(format!("{name}   "))
                         .legend(move |(x, y)| {
                             PathElement::new(vec![(x, y), (x + 16, y)], c.stroke_width(2))
                         });

@@ -4,8 +4,8 @@
 //
 // Protocol (the same as emm_core::mr::bench_threads): threads start together at a barrier;
 // one untimed warm-up round; three timed rounds (each thread replays its list enough times to
-// reach about a million operations), wall clock from the start to the last thread's end plus
-// a device synchronize, median round -> operations per second, all threads together; then one
+// reach ROUND_OPS operations, default a million), wall clock from the first thread's start to
+// the last thread's end plus a device synchronize, median round -> operations per second, all threads together; then one
 // round reading cudaMemGetInfo after every allocation (every 16th on W3, as the peers' single-
 // thread harness does) for peak memory held, with peak live bytes summed over the threads by
 // an atomic counter.
@@ -105,34 +105,38 @@ class Barrier {
   size_t left_;
 };
 
-// One round: every thread replays `repeat` times; returns wall seconds.
+// One round: every thread replays `repeat` times; returns wall seconds from the first thread's
+// start to the last one's end (each thread times itself) plus a device synchronize.
 static double round_of(Alloc& a, const Ops& ops, const std::vector<cudaStream_t>& streams,
                        int repeat, Meter* m)
 {
   int dev = 0;
   ANCHOR_CUDA(cudaGetDevice(&dev));
-  Barrier sync(streams.size() + 1);
+  Barrier sync(streams.size());
   std::vector<std::thread> ts;
   std::vector<std::string> errors(streams.size());
+  std::vector<double> start(streams.size()), end(streams.size());
   for (size_t i = 0; i < streams.size(); ++i) {
     ts.emplace_back([&, i] {
       cudaSetDevice(dev);
       sync.arrive_and_wait();
+      start[i] = now_s();
       try {
         for (int r = 0; r < repeat; ++r) replay(a, ops, streams[i], m);
       } catch (std::exception const& e) {
         errors[i] = e.what();
       }
+      end[i] = now_s();
     });
   }
-  sync.arrive_and_wait();
-  double t0 = now_s();
   for (auto& t : ts) t.join();
+  double t0 = now_s();
   ANCHOR_CUDA(cudaDeviceSynchronize());
-  double t1 = now_s();
+  double synced = now_s() - t0;
   for (auto& e : errors)
     if (!e.empty()) throw std::runtime_error(e);
-  return t1 - t0;
+  return *std::max_element(end.begin(), end.end()) - *std::min_element(start.begin(), start.end()) +
+         synced;
 }
 
 // One cell: throughput on one allocator, then memory held on a fresh one (so that what it

@@ -206,9 +206,9 @@ impl Collected {
             .collect();
         LineChart {
             legend: Legend::UpperLeft,
-            x_label: "threads at once (log)".into(),
+            x_label: "threads at once".into(),
             y_label: "operations per second, all threads".into(),
-            log_x: true,
+            log_x: false,
             log_y: false,
             panels,
         }

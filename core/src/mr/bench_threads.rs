@@ -4,8 +4,8 @@
 //!
 //! The protocol extends the single-thread one ([`crate::mr::bench`]): the threads start together
 //! at a barrier; one untimed warm-up round; then timed rounds (each thread replays its list
-//! [`repeats`] times, about a million operations), host clock from the barrier to
-//! the last thread's end plus a context synchronize, the median round reported as operations
+//! [`repeats`] times, about a million operations), host clock from the first thread's start
+//! to the last thread's end (each thread times itself) plus a context synchronize, the median round reported as operations
 //! per second (all threads' operations over the round's wall time). Memory held is measured in
 //! one more round on a freshly built resource: every thread reads the device's free memory after each of its allocations,
 //! and the peak of (free before the resource was built − free now) is kept; peak live is the
@@ -144,25 +144,28 @@ fn round<R: DeviceMemoryResource>(
     repeat: usize,
 ) -> MrResult<f64> {
     let ctx = driver.current_context()?;
-    let barrier = Barrier::new(streams.len() + 1);
-    let (elapsed, results) = std::thread::scope(|scope| {
+    let barrier = Barrier::new(streams.len());
+    // Each thread times itself: the round runs from the first start to the last end, which a
+    // busy machine cannot shorten by descheduling a coordinating thread.
+    let results: Vec<MrResult<(Instant, Instant)>> = std::thread::scope(|scope| {
         let handles: Vec<_> = streams
             .iter()
             .map(|&stream| {
                 let barrier = &barrier;
-                scope.spawn(move || -> MrResult<()> {
+                scope.spawn(move || -> MrResult<(Instant, Instant)> {
                     // A new thread has no current context (cuCtxSetCurrent is per thread).
                     let set = driver.set_current_context(ctx);
                     barrier.wait();
                     set?;
+                    let start = Instant::now();
                     let repeat = if meter.is_some() { 1 } else { repeat };
-                    (0..repeat).try_for_each(|_| replay_metered(resource, workload, stream, meter))
+                    (0..repeat)
+                        .try_for_each(|_| replay_metered(resource, workload, stream, meter))?;
+                    Ok((start, Instant::now()))
                 })
             })
             .collect();
-        barrier.wait();
-        let t0 = Instant::now();
-        let results: Vec<MrResult<()>> = handles
+        handles
             .into_iter()
             .map(|h| {
                 h.join().unwrap_or_else(|_| {
@@ -172,12 +175,19 @@ fn round<R: DeviceMemoryResource>(
                     })
                 })
             })
-            .collect();
-        (t0, results)
+            .collect()
     });
-    results.into_iter().collect::<MrResult<Vec<()>>>()?;
+    let spans = results.into_iter().collect::<MrResult<Vec<_>>>()?;
+    let sync = Instant::now();
     driver.context_synchronize()?;
-    Ok(elapsed.elapsed().as_nanos() as f64)
+    let sync = sync.elapsed();
+    let first = spans.iter().map(|s| s.0).min();
+    let last = spans.iter().map(|s| s.1).max();
+    let wall = match (first, last) {
+        (Some(f), Some(l)) => l.saturating_duration_since(f),
+        _ => std::time::Duration::ZERO,
+    };
+    Ok((wall + sync).as_nanos() as f64)
 }
 
 /// How many times each thread replays `workload` in a timed round of `config`.
