@@ -7,7 +7,8 @@ use emm_core::Driver;
 
 use super::bench::{device_name, make_driver, single_results, Plan};
 use super::bench_measure::{self as measure};
-use super::bench_report::{parse_peers, Collected};
+use super::bench_peers::parse_peers;
+use super::bench_report::Collected;
 use super::bench_threads::{self as threads_mode, ThreadsPlan};
 use super::{EXIT_CANNOT_RUN, EXIT_FAIL, EXIT_PASS};
 
