@@ -114,13 +114,27 @@ fn memory_one_thread_stops_using_serves_another() {
     let r = sharded(&g, 4);
     let s = StreamId::DEFAULT;
     let fill = || {
-        let ps: Vec<_> = (0..70).map(|_| r.allocate(10 << 20, s).unwrap()).collect();
+        // 2 MiB blocks: served by the thread's shard (requests above 4 MiB skip the shards).
+        let ps: Vec<_> = (0..350).map(|_| r.allocate(2 << 20, s).unwrap()).collect();
         for p in ps {
-            r.deallocate(p, 10 << 20, s).unwrap();
+            r.deallocate(p, 2 << 20, s).unwrap();
         }
     };
     on_thread(&g, fill);
     on_thread(&g, fill);
+    let (held, live) = r.shard_bytes();
+    assert_eq!(live, 0);
+    // Each shard keeps the wholly free chunks it had no reason to give back while its live
+    // bytes were within 5 % (+ two chunks) of what it held: at most about 5 % of its peak.
+    let bound = 2 * (700 * MIB / 20 + 2 * 2 * MIB);
+    assert!(
+        held <= bound,
+        "the shards kept {held} bytes, more than {bound}"
+    );
+    // Requests above SHARD_MAX go to the shared pool, and back.
+    let big = r.allocate(64 << 20, s).unwrap();
+    assert_eq!(r.shard_bytes().1, 0, "not in a shard");
+    r.deallocate(big, 64 << 20, s).unwrap();
     r.release().unwrap();
     assert_eq!(
         g.device_memory_used(DeviceId(0)),
