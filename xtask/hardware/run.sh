@@ -10,7 +10,8 @@
 # call may not run long; multigpu, threads-peers and report are extra parts: the multi-GPU
 # tests, the peers driven by many
 # threads, then `emm bench --report` with every chart), ANCHOR_BUDGET_S for the peers' time
-# budget, THREADS and ROUND_OPS for the many-threads runs (default 1,2,4,8,16 and 1000000).
+# budget, THREADS and ROUND_OPS for the many-threads runs (default 1,2,4,8,16 and 1000000),
+# PEERS_RAW for peers' figures from an earlier call to put in the report.
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 RESULTS=${RESULTS:-$HERE/results}
@@ -80,8 +81,10 @@ fi
 
 if part report; then
   echo "==> emm bench --report: one thread, many threads, held against time, holes, charts"
+  # The peers' figures of this results folder, and PEERS_RAW (comma-separated files, e.g.
+  # threads-peers.raw brought back from an earlier call).
   PEER_FILES=""
-  for f in "$RESULTS/peers/results.raw" "$RESULTS/threads-peers.raw"; do
+  for f in "$RESULTS/peers/results.raw" "$RESULTS/threads-peers.raw" $(echo "${PEERS_RAW:-}" | tr ',' ' '); do
     [ -s "$f" ] && PEER_FILES="${PEER_FILES:+$PEER_FILES,}$f"
   done
   "$EMM" bench --backend cuda --report "$RESULTS/report" --threads "${THREADS:-1,2,4,8,16}" \

@@ -4,19 +4,25 @@
 # Writes $RESULTS/threads-peers.raw (THREADS lines) and $RESULTS/threads-peers.log.
 #
 # Environment: RESULTS (required), THREADS (default 1,2,4,8,16), ROUND_OPS (operations per
-# thread in a timed round, default 1000000), PEERS (the peers' folder, default ./peers).
+# thread in a timed round, default 1000000), MODES (default "own shared"), RUN_BUDGET_S (the
+# longest one allocator may run on one workload, default 60: a lock contended by 16 threads
+# can make one round take many seconds; cells not reached are missing from the results),
+# WORKLOADS (default "W1 W2 W3"), PEERS (the peers' folder, default ./peers).
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 PEERS=${PEERS:-$HERE/peers}
 THREADS=${THREADS:-1,2,4,8,16}
+MODES=${MODES:-own shared}
+RUN_BUDGET_S=${RUN_BUDGET_S:-60}
+WORKLOADS=${WORKLOADS:-W1 W2 W3}
 export ROUND_OPS=${ROUND_OPS:-1000000}
 RAW=$RESULTS/threads-peers.raw
 LOG=$RESULTS/threads-peers.log
 B=/tmp/emm_threads_build
 OPS=/tmp/anchors_ops
 mkdir -p "$B" "$OPS"
-: > "$RAW"
-: > "$LOG"
+: >> "$RAW"
+: >> "$LOG"
 export PATH=$PATH:/usr/local/cuda/bin
 if [ ! -d "$PEERS/src" ]; then
   echo "no peers folder at $PEERS: skipping the peers' many-threads runs" | tee -a "$LOG"
@@ -48,13 +54,13 @@ SRC=$HERE/peers_threads.cu
 wait
 cat "$B/rmm.log" "$B/torch.log" >> "$LOG"
 grep -E "rc=" "$LOG"
-for w in W1 W2 W3; do
+for w in $WORKLOADS; do
   [ -x "$B/threads_rmm" ] && for k in rmm_pool rmm_arena; do
     echo "==> $k $w" | tee -a "$LOG"
-    "$B/threads_rmm" $k "$OPS" $w "$THREADS" own shared 2>> "$LOG" | tee -a "$RAW"
+    timeout -k 5 "$RUN_BUDGET_S" "$B/threads_rmm" $k "$OPS" $w "$THREADS" $MODES 2>> "$LOG" | tee -a "$RAW"
   done
   if [ -x "$B/threads_torch" ]; then
     echo "==> torch_caching $w" | tee -a "$LOG"
-    "$B/threads_torch" torch_caching "$OPS" $w "$THREADS" own shared 2>> "$LOG" | tee -a "$RAW"
+    timeout -k 5 "$RUN_BUDGET_S" "$B/threads_torch" torch_caching "$OPS" $w "$THREADS" $MODES 2>> "$LOG" | tee -a "$RAW"
   fi
 done
