@@ -23,9 +23,9 @@
 //! # fn demo<D: emm_core::Driver>(driver: std::sync::Arc<D>) -> emm_core::mr::MrResult<()> {
 //! let w = Workload::new("tiny", vec![Op::Alloc(1000), Op::Alloc(5000), Op::Free(0), Op::Free(0)]);
 //! let config = ThreadsConfig { threads: 4, ..ThreadsConfig::default() };
-//! let d = driver.clone();
-//! let r = bench_threads::run(&*driver, || Ok(ShardedPoolResource::new(CudaResource::<D>::new(d))),
-//!     "sharded", &w, &config)?;
+//! // Called twice: once for the timed rounds, once for a fresh resource to measure memory.
+//! let build = || Ok(ShardedPoolResource::new(CudaResource::<D>::new(driver.clone())));
+//! let r = bench_threads::run(&*driver, build, "sharded", &w, &config)?;
 //! println!("{}", r.to_json());
 //! # Ok(()) }
 //! ```

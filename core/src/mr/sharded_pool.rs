@@ -310,6 +310,24 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
     }
 }
 
+impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
+    /// Out of memory for a request above [`SHARD_MAX`]: the shards' spare chunks may be what
+    /// it needs; give them back and try once more.
+    #[cold]
+    #[inline(never)]
+    fn allocate_large_after_release(
+        &self,
+        bytes: usize,
+        stream: StreamId,
+        e: MrError,
+    ) -> MrResult<DevicePtr> {
+        if self.release().unwrap_or(0) == 0 {
+            return Err(e);
+        }
+        self.shared.allocate(bytes, stream)
+    }
+}
+
 impl<Up: DeviceMemoryResource> std::fmt::Debug for ShardedPoolResource<Up> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct(NAME)
@@ -342,7 +360,12 @@ impl<Up: DeviceMemoryResource> DeviceMemoryResource for ShardedPoolResource<Up> 
         if b > SHARD_MAX {
             // A chunk of its own would come from the shared pool and go back when freed: take
             // the block from there directly.
-            return self.shared.allocate(bytes, stream);
+            return match self.shared.allocate(bytes, stream) {
+                Err(e) if e.is_out_of_memory() => {
+                    self.allocate_large_after_release(bytes, stream, e)
+                }
+                r => r,
+            };
         }
         let r = {
             let mut s = self.lock(self.my_shard());
