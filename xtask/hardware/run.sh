@@ -43,7 +43,7 @@ fi
 
 if part check; then
 : > "$RESULTS/skipped.txt"
-for p in default pool arena binning async managed "$HERE"/wasm/*.wasm; do
+for p in default pool sharded arena binning async managed "$HERE"/wasm/*.wasm; do
   [ -e "$p" ] || [ "${p%.wasm}" = "$p" ] || continue
   name=$(basename "$p" .wasm)
   echo "==> check $name"
