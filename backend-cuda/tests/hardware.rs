@@ -590,3 +590,7 @@ fn a_stream_of_another_library_is_adopted_used_and_never_destroyed() {
     assert!(!emm.forget_stream(s));
     owner.stream_destroy(foreign).unwrap();
 }
+
+/// Several GPUs: skipped cleanly with fewer than two.
+#[path = "hardware/multi_gpu.rs"]
+mod multi_gpu;

@@ -27,9 +27,11 @@
 //! - [`cuda_backend`]: [`CudaBackend`], the real GPU.
 //! - [`cli`]: the `emm` command-line tool's subcommands.
 //! - [`verdict`]: a run's verdict as a record of the gate's store ([`emm_sandbox::gate`]).
+//! - [`charts`]: SVG charts of benchmark results (plotters).
 
 pub mod assertions;
 pub mod backend;
+pub mod charts;
 pub mod checks;
 pub mod cli;
 pub mod config;

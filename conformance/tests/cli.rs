@@ -150,3 +150,19 @@ fn replay_and_bench_run_and_refuse_bad_input() {
     assert_eq!(emm("bench --workload W9"), EXIT_CANNOT_RUN);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `emm bench --threads` and `--devices` run and refuse bad lists.
+#[test]
+fn bench_threads_and_devices_run_and_refuse_bad_input() {
+    assert_eq!(
+        emm("bench --threads 1,2 --workload W1 --resource sharded --round-ops 1 --passes 1 --json"),
+        EXIT_PASS
+    );
+    assert_eq!(
+        emm("bench --devices 1,3 --workload W1 --resource pool --json"),
+        EXIT_PASS
+    );
+    assert_eq!(emm("bench --threads 1,x"), EXIT_CANNOT_RUN);
+    assert_eq!(emm("bench --devices 17"), EXIT_CANNOT_RUN);
+    assert_eq!(emm("bench --threads 2 --streams both"), EXIT_CANNOT_RUN);
+}

@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use emm_core::mr::{
     ArenaResource, AsyncResource, Backing, BinningResource, CudaResource, DeviceMemoryResource,
-    FixedSizeResource, ManagedResource, MrError, PoolOptions, PoolResource, MIN_ALIGNMENT,
+    FixedSizeResource, ManagedResource, MrError, PoolOptions, PoolResource, ShardedPoolResource,
+    MIN_ALIGNMENT,
 };
 use emm_core::workloads::SplitMix64;
 use emm_core::{DevicePtr, Driver, StreamId};
@@ -442,4 +443,6 @@ suite! {
     fixed_size_resource: |g| FixedSizeResource::new(cuda(g), MIB).expect("bin"), FIXED;
     binning_over_pool: |g| BinningResource::with_range(PoolResource::new(cuda(g)), 8, 20).expect("bins"), Caps::SUBALLOCATOR;
     arena_resource: |g| ArenaResource::new(cuda(g)), Caps::SUBALLOCATOR;
+    sharded_pool: |g| ShardedPoolResource::new(cuda(g)), Caps::SUBALLOCATOR;
+    sharded_pool_one_shard: |g| ShardedPoolResource::over(PoolResource::new(cuda(g)), 1), Caps::SUBALLOCATOR;
 }

@@ -9,9 +9,12 @@
 #
 # Environment: RESULTS (default: $OUT, else results/ beside this script), EMM_SEED (default 1),
 # PARTS (default smoke,check,gate,bench,peers: which parts run; split them across calls where
-# one call may not run long; `python` — not in the default — runs the Python acceptance of the
-# C ABI, about 6 minutes: python/run_python.sh), ANCHOR_BUDGET_S for the peers' time budget,
-# EMM_VERDICT_DIR (the verdict store of the check part; default $RESULTS/verdicts).
+# one call may not run long). Extra parts: `python` (the Python acceptance of the C ABI, about
+# 6 minutes: python/run_python.sh), `multigpu` (the multi-GPU tests), `threads-peers` (the
+# peers driven by many threads), `report` (`emm bench --report` with every chart).
+# ANCHOR_BUDGET_S for the peers' time budget, THREADS and ROUND_OPS for the many-threads runs
+# (default 1,2,4,8,16 and 1000000), PEERS_RAW for peers' figures from an earlier call to put in
+# the report, EMM_VERDICT_DIR (the verdict store of the check part; default $RESULTS/verdicts).
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 RESULTS=${RESULTS:-${OUT:-$HERE/results}}
@@ -37,10 +40,17 @@ echo "hardware_tests_exit: $?" >> "$RESULTS/env.txt"
 tail -3 "$RESULTS/hardware-tests.log"
 fi
 
+if part multigpu; then
+echo "==> multi-GPU tests (skipped cleanly with one GPU)"
+"$HERE/bin/emm-cuda-hardware" --test-threads=1 multi_gpu > "$RESULTS/multi-gpu-tests.log" 2>&1
+echo "multi_gpu_tests_exit: $?" >> "$RESULTS/env.txt"
+grep -E "test result|skipped|IPC across" "$RESULTS/multi-gpu-tests.log"
+fi
+
 if part check; then
 : > "$RESULTS/skipped.txt"
 # gate/known_bad.wasm fails on the simulator: it shows a plugin kept off the GPU, and why.
-for p in default pool pool-vmm arena binning async managed "$HERE"/wasm/*.wasm "$HERE"/gate/known_bad.wasm; do
+for p in default pool pool-vmm sharded arena binning async managed "$HERE"/wasm/*.wasm "$HERE"/gate/known_bad.wasm; do
   [ -e "$p" ] || [ "${p%.wasm}" = "$p" ] || continue
   name=$(basename "$p" .wasm)
   echo "==> check $name"
@@ -119,6 +129,26 @@ fi
 if part python; then
   echo "==> python: numba-cuda's suite with emm.numba, CuPy and PyTorch workloads, one shared pool"
   bash "$HERE/python/run_python.sh" "$RESULTS/python"
+fi
+
+if part threads-peers; then
+  echo "==> the peers driven by many threads"
+  RESULTS="$RESULTS" PEERS="$HERE/peers" bash "$HERE/threads.sh"
+fi
+
+if part report; then
+  echo "==> emm bench --report: one thread, many threads, held against time, holes, charts"
+  # The peers' figures of this results folder, and PEERS_RAW (comma-separated files, e.g.
+  # threads-peers.raw brought back from an earlier call).
+  PEER_FILES=""
+  for f in "$RESULTS/peers/results.raw" "$RESULTS/threads-peers.raw" $(echo "${PEERS_RAW:-}" | tr ',' ' '); do
+    [ -s "$f" ] && PEER_FILES="${PEER_FILES:+$PEER_FILES,}$f"
+  done
+  "$EMM" bench --backend cuda --report "$RESULTS/report" --threads "${THREADS:-1,2,4,8,16}" \
+    --round-ops "${ROUND_OPS:-1000000}" --resource pool,pool-vmm,sharded,arena,binning,async \
+    ${PEER_FILES:+--peers "$PEER_FILES"} > "$RESULTS/report.log" 2>&1
+  echo "report exit: $?"
+  tail -3 "$RESULTS/report.log"
 fi
 
 python3 "$HERE/report.py" "$RESULTS"

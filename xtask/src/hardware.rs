@@ -98,6 +98,10 @@ const PYTHON_SCRIPTS: &[(&str, &str)] = &[
     ),
 ];
 
+/// The peers driven by many threads: its build-and-run script and its source.
+const THREADS_SH: &str = include_str!("../hardware/threads.sh");
+const PEERS_THREADS_CU: &str = include_str!("../hardware/peers_threads.cu");
+
 fn fail(reason: String) -> Failure {
     Failure {
         step: "hardware".to_owned(),
@@ -248,6 +252,8 @@ fn bundle(plugins: &[PathBuf]) -> Result<PathBuf, Failure> {
     }
     write(&dir.join("run.sh"), RUN_SH)?;
     write(&dir.join("report.py"), REPORT_PY)?;
+    write(&dir.join("threads.sh"), THREADS_SH)?;
+    write(&dir.join("peers_threads.cu"), PEERS_THREADS_CU)?;
     make_executable(&dir.join("run.sh"))?;
     eprintln!("==> hardware: bundle in {}", dir.display());
     Ok(dir)

@@ -23,10 +23,25 @@ from the device at peak over peak live bytes.
 
 flags:
   --backend NAME     sim (the default: 80 GiB, contents tracking off) or cuda (this GPU)
-  --resource LIST    comma-separated names (default: all of pool, arena, binning, async,
-                     managed, cuda)
+  --resource LIST    comma-separated names (default: all of pool, pool-vmm, sharded,
+                     arena, binning, async, managed, cuda)
   --workload LIST    comma-separated W1, W2, W3 (default: all)
   --passes N         timed passes (default 3)
+  --threads LIST     many threads instead: each of LIST (e.g. 1,2,4,8,16) threads replays
+                     its own copy of each workload at once; ops/s and held / peak live
+  --streams LIST     with --threads: own (a stream per thread), shared (the default
+                     stream), or both (the default)
+  --round-ops N      with --threads: operations per thread in a timed round, at least
+                     (default 1000000; each thread replays its list to reach it)
+  --devices LIST     instead, on a simulated node of each of LIST devices (e.g. 1,2,4,8,16)
+                     with every pair peer-enabled: virtual ns per op of one pass, where each
+                     cuMemAlloc pays peer registration
+  --report DIR       everything into DIR: one thread, many threads (--threads, default
+                     1,2,4,8,16; resources pool, sharded, arena), memory held against
+                     time (W1), cost against free holes, peer registration (sim only):
+                     results.jsonl, report.md and SVG charts
+  --peers FILES      comma-separated outputs of the peers' harness (RESULT and THREADS
+                     lines) to put beside emm's figures in the report
   --json             one JSON object per line: resource, workload, ops, ns_per_op,
                      peak_held_bytes, peak_live_bytes, backend, device
 ",
@@ -44,34 +59,112 @@ fn list(v: Option<String>, all: &[&str]) -> Vec<String> {
     }
 }
 
-fn run(mut a: Args) -> i32 {
-    let parsed = (|| -> Result<_, String> {
-        let backend = a.value("--backend")?.unwrap_or_else(|| "sim".into());
-        let resources = list(
-            a.value("--resource")?,
-            &NAMED_RESOURCES.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
-        );
-        let names = list(a.value("--workload")?, &workloads::NAMES);
-        let passes = a.number::<usize>("--passes")?.unwrap_or(3).max(1);
-        let json = a.flag("--json");
-        a.finish()?;
-        let mut wl = Vec::new();
-        for n in &names {
-            wl.push(
-                workloads::by_name(n)
-                    .ok_or_else(|| format!("no workload {n:?}; known: W1, W2, W3"))?,
-            );
+fn numbers<T: std::str::FromStr>(flag: &str, v: Option<String>) -> Result<Option<Vec<T>>, String> {
+    v.map(|s| {
+        s.split(',')
+            .map(|x| {
+                x.trim()
+                    .parse::<T>()
+                    .map_err(|_| format!("{flag}: {x:?} is not a number"))
+            })
+            .collect()
+    })
+    .transpose()
+}
+
+/// The parsed command line.
+#[derive(Clone)]
+pub(crate) struct Plan {
+    pub(crate) backend: String,
+    pub(crate) resources: Vec<String>,
+    pub(crate) resources_given: bool,
+    pub(crate) workloads: Vec<workloads::Workload>,
+    pub(crate) passes: usize,
+    pub(crate) threads: Option<Vec<usize>>,
+    pub(crate) shared: Vec<bool>,
+    pub(crate) devices: Option<Vec<u32>>,
+    pub(crate) report: Option<std::path::PathBuf>,
+    pub(crate) peers: Vec<String>,
+    pub(crate) round_ops: usize,
+    pub(crate) json: bool,
+}
+
+fn parse(mut a: Args) -> Result<Plan, String> {
+    let backend = a.value("--backend")?.unwrap_or_else(|| "sim".into());
+    let given = a.value("--resource")?;
+    let resources_given = given.is_some();
+    let resources = list(
+        given,
+        &NAMED_RESOURCES.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
+    );
+    let names = list(a.value("--workload")?, &workloads::NAMES);
+    let passes = a.number::<usize>("--passes")?.unwrap_or(3).max(1);
+    let threads = numbers::<usize>("--threads", a.value("--threads")?)?;
+    let streams = list(a.value("--streams")?, &["own", "shared"]);
+    let devices = numbers::<u32>("--devices", a.value("--devices")?)?;
+    let report = a.value("--report")?.map(std::path::PathBuf::from);
+    let peers = list(a.value("--peers")?, &[]);
+    let round_ops = a.number::<usize>("--round-ops")?.unwrap_or(1_000_000);
+    let json = a.flag("--json");
+    a.finish()?;
+    let mut shared = Vec::new();
+    for s in &streams {
+        match s.as_str() {
+            "own" => shared.push(false),
+            "shared" => shared.push(true),
+            other => return Err(format!("--streams: {other:?} is neither own nor shared")),
         }
-        Ok((backend, resources, wl, passes, json))
-    })();
-    let (backend, resources, wl, passes, json) = match parsed {
+    }
+    let mut wl = Vec::new();
+    for n in &names {
+        wl.push(
+            workloads::by_name(n).ok_or_else(|| format!("no workload {n:?}; known: W1, W2, W3"))?,
+        );
+    }
+    if let Some(d) = &devices {
+        if let Some(bad) = d.iter().find(|&&n| !(1..=16).contains(&n)) {
+            return Err(format!("--devices: {bad} is outside 1 to 16"));
+        }
+    }
+    Ok(Plan {
+        backend,
+        resources,
+        resources_given,
+        workloads: wl,
+        passes,
+        threads,
+        shared,
+        devices,
+        report,
+        peers,
+        round_ops,
+        json,
+    })
+}
+
+/// The driver of one measurement: a fresh simulated GPU, or the one real GPU.
+pub(crate) fn make_driver(cuda: &Option<Arc<dyn Driver>>) -> Result<Arc<dyn Driver>, String> {
+    match cuda {
+        Some(d) => Ok(Arc::clone(d)),
+        None => SimDriver::new(
+            SimConfig::new(1)
+                .memory_per_device(80 * GIB)
+                .track_contents(false)
+                .record_trace(false),
+        )
+        .map(|d| Arc::new(d) as Arc<dyn Driver>),
+    }
+}
+
+fn run(a: Args) -> i32 {
+    let plan = match parse(a) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("emm bench: {e}\n\n{}", COMMAND.usage);
             return EXIT_CANNOT_RUN;
         }
     };
-    let cuda = match backend.as_str() {
+    let cuda = match plan.backend.as_str() {
         "sim" => None,
         "cuda" => match emm_cuda::CudaDriver::new() {
             Ok(d) => Some(Arc::new(d) as Arc<dyn Driver>),
@@ -85,6 +178,38 @@ fn run(mut a: Args) -> i32 {
             return EXIT_CANNOT_RUN;
         }
     };
+    if let Some(dir) = plan.report.clone() {
+        return super::bench_run::report(&plan, &cuda, &dir);
+    }
+    if let Some(devices) = &plan.devices {
+        return super::bench_run::devices(&plan, devices);
+    }
+    if let Some(threads) = &plan.threads {
+        return super::bench_run::threads(&plan, &cuda, threads);
+    }
+    single(&plan, &cuda)
+}
+
+/// The device's name, for tables and titles.
+pub fn device_name(driver: &dyn Driver) -> String {
+    driver
+        .current_context()
+        .and_then(|c| driver.context_device(c))
+        .and_then(|d| driver.device_properties(d))
+        .map(|p| p.name)
+        .unwrap_or_default()
+}
+
+/// One thread, every resource and workload: prints each result; returns them and whether one
+/// failed.
+pub fn single_results(
+    backend: &str,
+    resources: &[String],
+    wl: &[workloads::Workload],
+    passes: usize,
+    cuda: &Option<Arc<dyn Driver>>,
+    json: bool,
+) -> Result<(Vec<BenchResult>, bool), String> {
     let config = BenchConfig {
         timed_passes: passes,
         ..BenchConfig::default()
@@ -101,30 +226,12 @@ fn run(mut a: Args) -> i32 {
         );
     }
     let mut failed = false;
-    for r in &resources {
-        for w in &wl {
+    let mut out = Vec::new();
+    for r in resources {
+        for w in wl {
             // A fresh simulated GPU per run; the real one is shared (and must be idle).
-            let driver: Arc<dyn Driver> = match &cuda {
-                Some(d) => Arc::clone(d),
-                None => match SimDriver::new(
-                    SimConfig::new(1)
-                        .memory_per_device(80 * GIB)
-                        .track_contents(false)
-                        .record_trace(false),
-                ) {
-                    Ok(d) => Arc::new(d),
-                    Err(e) => {
-                        eprintln!("emm bench: {e}");
-                        return EXIT_CANNOT_RUN;
-                    }
-                },
-            };
-            let device = driver
-                .current_context()
-                .and_then(|c| driver.context_device(c))
-                .and_then(|d| driver.device_properties(d))
-                .map(|p| p.name)
-                .unwrap_or_default();
+            let driver = make_driver(cuda)?;
+            let device = device_name(&*driver);
             let build = || named::build(r, Arc::clone(&driver));
             match bench::run(&*driver, build, r, w, &config) {
                 Ok(res) => {
@@ -133,7 +240,8 @@ fn run(mut a: Args) -> i32 {
                     } else {
                         None
                     };
-                    print_result(&res, &backend, &device, virtual_ns, json)
+                    print_result(&res, backend, &device, virtual_ns, json);
+                    out.push(res);
                 }
                 Err(e) => {
                     failed = true;
@@ -142,10 +250,24 @@ fn run(mut a: Args) -> i32 {
             }
         }
     }
-    if failed {
-        EXIT_FAIL
-    } else {
-        EXIT_PASS
+    Ok((out, failed))
+}
+
+fn single(plan: &Plan, cuda: &Option<Arc<dyn Driver>>) -> i32 {
+    match single_results(
+        &plan.backend,
+        &plan.resources,
+        &plan.workloads,
+        plan.passes,
+        cuda,
+        plan.json,
+    ) {
+        Ok((_, false)) => EXIT_PASS,
+        Ok((_, true)) => EXIT_FAIL,
+        Err(e) => {
+            eprintln!("emm bench: {e}");
+            EXIT_CANNOT_RUN
+        }
     }
 }
 

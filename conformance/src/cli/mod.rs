@@ -10,10 +10,17 @@
 //! - [`check`]: `emm check <plugin>`.
 //! - [`list`]: `emm list`.
 //! - [`replay`]: `emm replay <log.csv>`.
-//! - [`bench`]: `emm bench`.
+//! - [`bench`]: `emm bench`; [`bench_threads`] its many-threads mode, [`bench_report`] its
+//!   `--report` folder (extra measurements in [`bench_measure`], the peers' figures in
+//!   [`bench_peers`], JSON, markdown and SVG charts).
 
 pub mod args;
 pub mod bench;
+pub mod bench_measure;
+pub mod bench_peers;
+pub mod bench_report;
+mod bench_run;
+pub mod bench_threads;
 pub mod check;
 pub mod list;
 pub mod progress;

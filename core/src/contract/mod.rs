@@ -12,6 +12,7 @@
 //! - [`pending`]: [`PendingDeallocs`], Numba's deferred deallocation.
 //! - [`guard`]: [`DeferCleanupGuard`], what `defer_cleanup` returns.
 //! - [`ipc`]: [`IpcHandle`] (serde) and the default `get_ipc_handle`.
+//! - [`ipc_device`]: [`open_on_device`]: a handle opened for another device, directly or staged.
 //! - [`context`]: [`Context`], one context bound to one manager instance.
 //! - [`stream`]: [`Stream`] and [`Event`], owned by a context.
 //! - [`selection`]: process-wide [`set_memory_manager`] and `EMM_MEMORY_MANAGER`.
@@ -23,6 +24,7 @@ pub mod finalizer;
 pub mod guard;
 pub mod host_memory;
 pub mod ipc;
+pub mod ipc_device;
 pub mod managed;
 pub mod manager;
 pub mod pending;
@@ -36,6 +38,7 @@ pub use finalizer::{Dealloc, DeallocSink, Finalizer};
 pub use guard::DeferCleanupGuard;
 pub use host_memory::{HostMemory, MappedMemory, PinnedMemory};
 pub use ipc::{get_ipc_handle_via_driver, IpcHandle, SourceInfo};
+pub use ipc_device::{open_on_device, IpcAccess, IpcImport};
 pub use managed::ManagedMemory;
 pub use manager::{
     check_interface_version, Capabilities, MemoryInfo, MemoryManager, INTERFACE_VERSION,

@@ -1,5 +1,5 @@
 //! Resource-backed built-in managers: a named resource chain ([`crate::mr::named`]) for device
-//! memory behind [`HostOnlyManager`] for the host side, selectable as `pool`, `arena`,
+//! memory behind [`HostOnlyManager`] for the host side, selectable as `pool`, `sharded`, `arena`,
 //! `binning`, `async` and `managed` (`EMM_MEMORY_MANAGER=pool`).
 //!
 //! What `defer_cleanup` defers: the host side's pending deallocations (pinned and mapped

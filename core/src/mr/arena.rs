@@ -24,7 +24,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use crate::attribution::CallerScope;
-use crate::driver::{DevicePtr, Driver, MemInfo, StreamId};
+use crate::driver::{ContextId, DevicePtr, Driver, MemInfo, StreamId};
+use crate::mr::detail::context_scope::ContextScope;
 use crate::mr::detail::heap::{round_to_granule, CoalescingHeap, FreeError};
 use crate::mr::detail::stream_order::StreamOrder;
 use crate::mr::pool::PoolResource;
@@ -54,6 +55,8 @@ pub struct ArenaResource<Up: DeviceMemoryResource> {
     arenas: Box<[Mutex<Arena>]>,
     global: PoolResource<Up>,
     small_max: u64,
+    /// The context current when built: made current for the arenas' driver calls (events).
+    context: Option<ContextId>,
 }
 
 impl<Up: DeviceMemoryResource> ArenaResource<Up> {
@@ -71,6 +74,7 @@ impl<Up: DeviceMemoryResource> ArenaResource<Up> {
                 .collect(),
             // Chunks, as before pools could grow a segment: the arena manager exports memory
             // over IPC, which takes cuMemAlloc memory only.
+            context: upstream.driver().current_context().ok(),
             global: PoolResource::chunked(upstream),
             small_max: SUPERBLOCK / 8,
         }
@@ -122,6 +126,7 @@ impl<Up: DeviceMemoryResource> ArenaResource<Up> {
         if let Some(other) = a.heap.find_elsewhere(slot, size) {
             let source = a.heap.stream_of(other);
             {
+                let _ctx = ContextScope::enter(self.global.driver(), self.context);
                 let _scope = CallerScope::enter(NAME);
                 a.order.order(self.global.driver(), source, stream)?;
             }
@@ -285,6 +290,7 @@ impl<Up: DeviceMemoryResource> DeviceMemoryResource for ArenaResource<Up> {
     /// Gives every arena's wholly free superblocks back to the global arena, then the global
     /// arena's free chunks to the upstream.
     fn release(&self) -> MrResult<u64> {
+        let _ctx = ContextScope::enter(self.global.driver(), self.context);
         let mut first_err = None;
         let driver = self.global.driver();
         for k in 0..self.arenas.len() {
@@ -317,6 +323,7 @@ impl<Up: DeviceMemoryResource> DeviceMemoryResource for ArenaResource<Up> {
 
 impl<Up: DeviceMemoryResource> Drop for ArenaResource<Up> {
     fn drop(&mut self) {
+        let _ctx = ContextScope::enter(self.global.driver(), self.context);
         let _scope = CallerScope::enter(NAME);
         let driver = self.global.driver();
         for a in self.arenas.iter_mut() {

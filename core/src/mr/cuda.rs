@@ -1,6 +1,10 @@
 //! [`CudaResource`]: device memory straight from the driver (`cuMemAlloc` / `cuMemFree`).
 //!
-//! - **What it does**: one driver allocation per request, one driver free per release.
+//! - **What it does**: one driver allocation per request, one driver free per release, in the
+//!   context that was current when the resource was built: when another context is current at
+//!   the call (a thread working on another device), it makes its own current for the call and
+//!   restores the other after, so memory of a resource built for device N never lands on
+//!   device 0 (rmm#1405).
 //! - **Thread safety**: `Send + Sync`; the driver serialises what it must.
 //! - **Streams**: the stream is ignored: `cuMemAlloc` memory is usable on every stream, and
 //!   `cuMemFree` synchronizes the device, so a release is ordered after all earlier work.
@@ -12,21 +16,41 @@
 use std::sync::Arc;
 
 use crate::attribution::CallerScope;
-use crate::driver::{DevicePtr, Driver, MemInfo, StreamId};
+use crate::driver::{ContextId, DevicePtr, Driver, MemInfo, StreamId};
 use crate::error::CudaCode;
+use crate::mr::detail::context_scope::ContextScope;
 use crate::mr::{assert_resource, DeviceMemoryResource, MrError, MrResult};
 
 /// Device memory from `cuMemAlloc`, returned with `cuMemFree`.
 pub struct CudaResource<D: Driver> {
     driver: Arc<D>,
+    /// The context current when the resource was built (`None`: none was).
+    context: Option<ContextId>,
 }
 
 impl<D: Driver> CudaResource<D> {
-    /// A resource allocating from `driver` in the calling thread's current context.
+    /// A resource allocating from `driver` in the calling thread's current context (or, if
+    /// none is current, in whatever context is current at each call).
     pub fn new(driver: impl Into<Arc<D>>) -> Self {
-        CudaResource {
-            driver: driver.into(),
-        }
+        let driver = driver.into();
+        let context = driver.current_context().ok();
+        CudaResource { driver, context }
+    }
+
+    /// The context the resource allocates in.
+    pub fn context(&self) -> Option<ContextId> {
+        self.context
+    }
+
+    /// Runs `f` with the resource's context current, restoring the caller's after.
+    ///
+    /// # Time complexity
+    ///
+    /// One driver call (`cuCtxGetCurrent`) when the context is already current; three when
+    /// it must be switched and restored.
+    fn in_context<T>(&self, f: impl FnOnce() -> T) -> T {
+        let _scope = ContextScope::enter(&*self.driver, self.context);
+        f()
     }
 }
 
@@ -34,6 +58,7 @@ impl<D: Driver> Clone for CudaResource<D> {
     fn clone(&self) -> Self {
         CudaResource {
             driver: Arc::clone(&self.driver),
+            context: self.context,
         }
     }
 }
@@ -87,9 +112,11 @@ impl<D: Driver> DeviceMemoryResource for CudaResource<D> {
             return Ok(DevicePtr::NULL);
         }
         let _scope = CallerScope::enter(self.name());
-        self.driver
-            .mem_alloc(bytes)
-            .map_err(|e| driver_oom(&*self.driver, self.name(), bytes, e))
+        self.in_context(|| {
+            self.driver
+                .mem_alloc(bytes)
+                .map_err(|e| driver_oom(&*self.driver, self.name(), bytes, e))
+        })
     }
 
     fn deallocate(&self, ptr: DevicePtr, bytes: usize, _stream: StreamId) -> MrResult<()> {
@@ -97,9 +124,11 @@ impl<D: Driver> DeviceMemoryResource for CudaResource<D> {
             return Ok(());
         }
         let _scope = CallerScope::enter(self.name());
-        self.driver
-            .mem_free(ptr)
-            .map_err(|e| driver_bad_free(self.name(), ptr, bytes, e))
+        self.in_context(|| {
+            self.driver
+                .mem_free(ptr)
+                .map_err(|e| driver_bad_free(self.name(), ptr, bytes, e))
+        })
     }
 
     fn is_equal(&self, other: &dyn DeviceMemoryResource) -> bool {
@@ -108,7 +137,7 @@ impl<D: Driver> DeviceMemoryResource for CudaResource<D> {
     }
 
     fn memory_info(&self) -> Option<MemInfo> {
-        self.driver.mem_get_info().ok()
+        self.in_context(|| self.driver.mem_get_info().ok())
     }
 
     fn driver(&self) -> &dyn Driver {

@@ -28,6 +28,7 @@
 pub mod adaptor;
 pub mod arena;
 pub mod bench;
+pub mod bench_threads;
 pub mod binning;
 pub mod cuda;
 pub mod cuda_async;
@@ -40,6 +41,7 @@ pub mod pinned_host;
 pub mod pool;
 pub mod pool_options;
 pub mod replay;
+pub mod sharded_pool;
 
 pub use adaptor::{
     AlignedAdaptor, FailureRetryAdaptor, LimitingAdaptor, LoggingAdaptor, PrefetchAdaptor,
@@ -55,6 +57,7 @@ pub use managed::ManagedResource;
 pub use pinned_host::PinnedHostResource;
 pub use pool::PoolResource;
 pub use pool_options::{Backing, Growth, PoolOptions};
+pub use sharded_pool::ShardedPoolResource;
 
 use std::fmt;
 use std::sync::Arc;

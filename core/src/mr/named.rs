@@ -11,7 +11,7 @@ use std::sync::Arc;
 use crate::driver::Driver;
 use crate::mr::{
     ArenaResource, AsyncResource, BinningResource, CudaResource, DeviceMemoryResource,
-    ManagedResource, MrError, MrResult, PoolResource,
+    ManagedResource, MrError, MrResult, PoolResource, ShardedPoolResource,
 };
 
 /// Smallest and largest bin of `binning`, as powers of two: 256 B to 1 MiB in bins, larger
@@ -27,6 +27,10 @@ pub const NAMED_RESOURCES: &[(&str, &str)] = &[
     (
         "pool-vmm",
         "PoolResource on one expandable segment (cuMemCreate / cuMemMap): the least memory held; no IPC",
+    ),
+    (
+        "sharded",
+        "ShardedPoolResource: per-thread shards over a shared pool of cuMemAlloc chunks, for many threads",
     ),
     (
         "arena",
@@ -58,6 +62,7 @@ pub fn build(name: &str, driver: Shared) -> MrResult<Arc<dyn DeviceMemoryResourc
     Ok(match name {
         "pool" => Arc::new(pool()),
         "pool-vmm" => Arc::new(PoolResource::new(cuda())),
+        "sharded" => Arc::new(ShardedPoolResource::over(pool(), shard_count())),
         "arena" => Arc::new(ArenaResource::new(cuda())),
         "binning" => Arc::new(BinningResource::with_range(
             pool(),
@@ -81,4 +86,11 @@ pub fn build(name: &str, driver: Shared) -> MrResult<Arc<dyn DeviceMemoryResourc
             })
         }
     })
+}
+
+/// Shards of `sharded`: twice the hardware threads, at least 4.
+fn shard_count() -> usize {
+    std::thread::available_parallelism()
+        .map_or(4, |n| 2 * n.get())
+        .max(4)
 }

@@ -47,7 +47,8 @@
 use std::sync::{Mutex, MutexGuard};
 
 use crate::attribution::CallerScope;
-use crate::driver::{DevicePtr, Driver, MemInfo, StreamId};
+use crate::driver::{ContextId, DevicePtr, Driver, MemInfo, StreamId};
+use crate::mr::detail::context_scope::ContextScope;
 use crate::mr::detail::growth::{chunk_size, should_trim};
 use crate::mr::detail::heap::{round_to_granule, CoalescingHeap, FreeError};
 use crate::mr::detail::segment::PoolParts;
@@ -84,12 +85,16 @@ pub struct PoolResource<Up: DeviceMemoryResource> {
     upstream: Up,
     options: PoolOptions,
     state: Mutex<PoolState>,
+    /// The context current when the pool was built: made current for every driver call
+    /// (growth, events, unmapping), so the pool stays on its device (rmm#1405).
+    context: Option<ContextId>,
 }
 
 impl<Up: DeviceMemoryResource> PoolResource<Up> {
     /// A pool over `upstream` that starts empty and grows on demand without limit.
     pub fn new(upstream: Up) -> Self {
         PoolResource {
+            context: upstream.driver().current_context().ok(),
             upstream,
             options: PoolOptions::default(),
             state: Mutex::new(PoolState::default()),
@@ -100,6 +105,7 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
     /// for resources whose memory must stay `cuMemAlloc` memory (exportable over IPC).
     pub(crate) fn chunked(upstream: Up) -> Self {
         PoolResource {
+            context: upstream.driver().current_context().ok(),
             upstream,
             options: PoolOptions::default().backing(Backing::Chunks),
             state: Mutex::new(PoolState::default()),
@@ -126,11 +132,13 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
             }
         }
         let pool = PoolResource {
+            context: upstream.driver().current_context().ok(),
             upstream,
             options,
             state: Mutex::new(PoolState::default()),
         };
         if options.initial_size > 0 {
+            let _ctx = ContextScope::enter(pool.upstream.driver(), pool.context);
             let size = round_to_granule(options.initial_size).ok_or(MrError::OutOfMemory {
                 resource: NAME,
                 requested: options.initial_size,
@@ -195,6 +203,7 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
     /// per granule from a segment), and a context synchronize when free blocks sit on more
     /// than one stream or a segment unmaps.
     pub fn release(&self) -> MrResult<u64> {
+        let _ctx = ContextScope::enter(self.upstream.driver(), self.context);
         let mut st = self.lock();
         self.release_all_free(&mut st)
     }
@@ -285,6 +294,8 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
         if let Some(p) = st.heap.allocate_wild(slot, size, bytes) {
             return Ok(DevicePtr(p));
         }
+        // From here on the driver may be called: events, growth.
+        let _ctx = ContextScope::enter(self.upstream.driver(), self.context);
         if let Some(other) = st.heap.find_elsewhere(slot, size) {
             let source = st.heap.stream_of(other);
             {
@@ -481,6 +492,7 @@ impl<Up: DeviceMemoryResource> DeviceMemoryResource for PoolResource<Up> {
 
 impl<Up: DeviceMemoryResource> Drop for PoolResource<Up> {
     fn drop(&mut self) {
+        let _ctx = ContextScope::enter(self.upstream.driver(), self.context);
         let st = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
         let _scope = CallerScope::enter(NAME);
         let driver = self.upstream.driver();

@@ -90,6 +90,9 @@ pub(crate) struct CoalescingHeap {
     pub(super) wilderness: bool,
     /// The wilderness: a free last block, in no list.
     pub(super) wild: Option<u32>,
+    /// Chunk base → index in `chunks` (chunks only, not a segment), for giving one chunk back
+    /// in O(1).
+    chunk_pos: AddrMap,
 }
 
 impl CoalescingHeap {
@@ -312,12 +315,47 @@ impl CoalescingHeap {
         } else {
             self.lists[slot].index.insert(self.slab.all_mut(), i);
         }
+        if !self.wilderness {
+            self.chunk_pos.insert(base, self.chunks.len() as u32);
+        }
         self.chunks.push(Chunk {
             base,
             size,
             first: i,
         });
         self.held += size;
+    }
+
+    /// Removes chunk `k` from the list (swap-remove), keeping `chunk_pos` right.
+    fn remove_chunk(&mut self, k: usize) -> Chunk {
+        let c = self.chunks.swap_remove(k);
+        let _ = self.chunk_pos.remove(c.base);
+        if let Some(moved) = self.chunks.get(k) {
+            let _ = self.chunk_pos.remove(moved.base);
+            self.chunk_pos.insert(moved.base, k as u32);
+        }
+        c
+    }
+
+    /// Removes the chunk based at `base` when it is wholly free, and returns it with the stream
+    /// whose lists held it.
+    ///
+    /// # Time complexity
+    ///
+    /// O(1) expected: one map lookup.
+    pub(crate) fn take_free_chunk_at(&mut self, base: u64) -> Option<(Chunk, StreamId)> {
+        let k = self.chunk_pos.get(base)? as usize;
+        let c = *self.chunks.get(k)?;
+        let b = *self.slab.get(c.first);
+        if !(b.is_free() && b.size == c.size) {
+            return None;
+        }
+        let slot = b.owner as usize;
+        self.lists[slot].index.remove(self.slab.all_mut(), c.first);
+        self.slab.remove(c.first);
+        self.held -= c.size;
+        self.remove_chunk(k);
+        Some((c, self.lists[slot].stream))
     }
 
     /// Frees the live block at `addr`, allocated with `requested` bytes, into `slot`'s lists,
@@ -338,6 +376,27 @@ impl CoalescingHeap {
         requested: u64,
         slot: usize,
     ) -> Result<(u64, bool), FreeError> {
+        self.deallocate_in_chunk(addr, requested, slot)
+            .map(|(size, whole)| (size, whole.is_some()))
+    }
+
+    /// [`CoalescingHeap::deallocate`], returning the base of the block's chunk instead of
+    /// `true` when the free leaves that chunk wholly free.
+    ///
+    /// # Errors
+    ///
+    /// As [`CoalescingHeap::deallocate`].
+    ///
+    /// # Time complexity
+    ///
+    /// O(1).
+    #[inline]
+    pub(crate) fn deallocate_in_chunk(
+        &mut self,
+        addr: u64,
+        requested: u64,
+        slot: usize,
+    ) -> Result<(u64, Option<u64>), FreeError> {
         let i = self.live.remove(addr).ok_or(FreeError::NotLive)?;
         let b = self.slab.get(i);
         if b.requested != requested {
@@ -351,7 +410,8 @@ impl CoalescingHeap {
         self.live_bytes -= size;
         let merged = self.file_free(slot, i);
         let merged = self.slab.get(merged);
-        Ok((size, merged.prev_phys == NIL && merged.next_phys == NIL))
+        let whole = merged.prev_phys == NIL && merged.next_phys == NIL;
+        Ok((size, whole.then_some(merged.addr)))
     }
 
     /// Marks block `i` free in `slot`, merges it with same-slot free neighbours, and files it
@@ -429,7 +489,7 @@ impl CoalescingHeap {
                 self.slab.remove(c.first);
                 self.held -= c.size;
                 out.push((c, self.lists[slot].stream));
-                self.chunks.swap_remove(k);
+                self.remove_chunk(k);
             } else {
                 k += 1;
             }
@@ -457,7 +517,7 @@ impl CoalescingHeap {
         self.lists[slot].index.remove(self.slab.all_mut(), c.first);
         self.slab.remove(c.first);
         self.held -= c.size;
-        self.chunks.swap_remove(k);
+        self.remove_chunk(k);
         Some((c, self.lists[slot].stream))
     }
 

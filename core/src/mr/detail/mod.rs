@@ -2,6 +2,7 @@
 //!
 //! - [`addr_map`]: live pointer → block index, an open-addressing hash table.
 //! - [`block`]: host-side records of device memory blocks, in a slab.
+//! - [`context_scope`]: the resource's own context current for a slow path's driver calls.
 //! - [`tlsf`]: two-level segregated fit free lists with constant-time search.
 //! - [`heap`]: a coalescing suballocator over upstream chunks with per-stream TLSF lists.
 //! - [`heap_tail`]: the heap's chunk as an expandable segment: its wilderness, growth and cuts.
@@ -12,6 +13,7 @@
 
 pub(crate) mod addr_map;
 pub(crate) mod block;
+pub(crate) mod context_scope;
 pub(crate) mod growth;
 pub(crate) mod heap;
 pub(crate) mod heap_tail;

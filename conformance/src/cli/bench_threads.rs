@@ -1,0 +1,110 @@
+//! `emm bench --threads LIST`: the standard workloads replayed by 1, 2, 4, … threads at once
+//! against named resources, each thread on its own stream or all on the default stream
+//! (`emm_core::mr::bench_threads`).
+
+use std::sync::Arc;
+
+use emm_core::mr::bench_threads::{self, ThreadsConfig, ThreadsResult};
+use emm_core::mr::named;
+use emm_core::workloads::Workload;
+use emm_core::Driver;
+
+/// What one threads run needs besides the driver.
+#[derive(Debug, Clone)]
+pub struct ThreadsPlan {
+    /// Named resources.
+    pub resources: Vec<String>,
+    /// Workloads.
+    pub workloads: Vec<Workload>,
+    /// Thread counts.
+    pub threads: Vec<usize>,
+    /// Stream modes: `false` own stream per thread, `true` the shared default stream.
+    pub shared: Vec<bool>,
+    /// Timed rounds.
+    pub passes: usize,
+    /// Operations per thread in a timed round, at least (the list is replayed to reach it).
+    pub round_ops: usize,
+}
+
+/// One line of the threads table (or a JSON line), or a note that a cell was skipped.
+pub fn print(r: &ThreadsResult, backend: &str, json: bool) {
+    if json {
+        let mut v: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap_or_default();
+        if let Some(o) = v.as_object_mut() {
+            o.insert("kind".into(), "threads".into());
+            o.insert("backend".into(), backend.into());
+        }
+        println!("{v}");
+    } else {
+        println!(
+            "{:<10} {:<4} {:>7} {:>7} {:>14.0} {:>10.3}",
+            r.resource,
+            r.workload,
+            r.threads,
+            if r.shared_stream { "shared" } else { "own" },
+            r.ops_per_s,
+            r.held_over_live()
+        );
+    }
+}
+
+/// The table's header.
+pub fn header() {
+    println!(
+        "{:<10} {:<4} {:>7} {:>7} {:>14} {:>10}",
+        "resource", "wl", "threads", "stream", "ops/s", "held/live"
+    );
+}
+
+/// Runs the plan; `driver` makes the driver of each cell (a fresh simulated GPU, or the one
+/// real GPU). Cells whose peak live memory would pass 60 % of the device are skipped with a
+/// note on stderr (W2 by 16 threads needs 72 GB live). Returns the results and whether a cell
+/// failed.
+pub fn run(
+    plan: &ThreadsPlan,
+    driver: &dyn Fn() -> Result<Arc<dyn Driver>, String>,
+    mut each: impl FnMut(&ThreadsResult),
+) -> Result<(Vec<ThreadsResult>, bool), String> {
+    let mut out = Vec::new();
+    let mut failed = false;
+    for w in &plan.workloads {
+        let peak = w.summary().peak_live_bytes;
+        for r in &plan.resources {
+            for &shared in &plan.shared {
+                for &n in &plan.threads {
+                    let d = driver()?;
+                    let total = d.mem_get_info().map(|m| m.total).unwrap_or(u64::MAX);
+                    if (peak as f64) * n as f64 > 0.6 * total as f64 {
+                        eprintln!(
+                            "emm bench: {r} {} by {n} threads skipped: {n} × {} MB live passes 60 % of the device",
+                            w.name,
+                            peak >> 20
+                        );
+                        continue;
+                    }
+                    let config = ThreadsConfig {
+                        threads: n,
+                        shared_stream: shared,
+                        timed_passes: plan.passes,
+                        measure_held: true,
+                        min_ops_per_round: plan.round_ops,
+                        // As the peers' harness: every 16th allocation on W3.
+                        held_poll_every: if w.name == "W3" { 16 } else { 1 },
+                    };
+                    let build = || named::build(r, Arc::clone(&d));
+                    match bench_threads::run(&*d, build, r, w, &config) {
+                        Ok(res) => {
+                            each(&res);
+                            out.push(res);
+                        }
+                        Err(e) => {
+                            failed = true;
+                            eprintln!("emm bench: {r} on {} by {n} threads: {e}", w.name);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok((out, failed))
+}

@@ -1,0 +1,321 @@
+//! The many-threads benchmark: a standard workload replayed by `n` threads at once against one
+//! resource, each thread with its own copy of the op list, on its own stream or all on one
+//! shared stream.
+//!
+//! The protocol extends the single-thread one ([`crate::mr::bench`]): the threads start together
+//! at a barrier; one untimed warm-up round; then timed rounds (each thread replays its list
+//! [`repeats`] times, about a million operations), host clock from the first thread's start
+//! to the last thread's end (each thread times itself) plus a context synchronize, the median round reported as operations
+//! per second (all threads' operations over the round's wall time). Memory held is measured in
+//! one more round on a freshly built resource: every thread reads the device's free memory after each of its allocations,
+//! and the peak of (free before the resource was built − free now) is kept; peak live is the
+//! peak of all threads' live bytes together, counted with an atomic.
+//!
+//! What a figure means depends on the machine: with fewer cores than threads the threads share
+//! cores, so the figure shows what the resource's locking costs, not how it scales.
+//!
+//! # Examples
+//!
+//! ```
+//! use emm_core::mr::bench_threads::{self, ThreadsConfig};
+//! use emm_core::mr::{CudaResource, ShardedPoolResource};
+//! use emm_core::workloads::{Op, Workload};
+//! # fn demo<D: emm_core::Driver>(driver: std::sync::Arc<D>) -> emm_core::mr::MrResult<()> {
+//! let w = Workload::new("tiny", vec![Op::Alloc(1000), Op::Alloc(5000), Op::Free(0), Op::Free(0)]);
+//! let config = ThreadsConfig { threads: 4, ..ThreadsConfig::default() };
+//! // Called twice: once for the timed rounds, once for a fresh resource to measure memory.
+//! let build = || Ok(ShardedPoolResource::new(CudaResource::<D>::new(driver.clone())));
+//! let r = bench_threads::run(&*driver, build, "sharded", &w, &config)?;
+//! println!("{}", r.to_json());
+//! # Ok(()) }
+//! ```
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Barrier;
+use std::time::Instant;
+
+use crate::driver::{DevicePtr, Driver, StreamId};
+use crate::mr::bench::replay_once;
+use crate::mr::{DeviceMemoryResource, MrError, MrResult};
+use crate::workloads::{self, Workload};
+
+/// How a many-threads benchmark runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ThreadsConfig {
+    /// Threads replaying the workload at once (at least 1).
+    pub threads: usize,
+    /// All threads on the default stream (`true`) or each on a stream of its own.
+    pub shared_stream: bool,
+    /// Timed rounds; the median is reported.
+    pub timed_passes: usize,
+    /// Whether to run the round that measures memory held (one `mem_get_info` per allocation).
+    pub measure_held: bool,
+    /// Each thread replays its list as many times as it takes to reach this many operations
+    /// per timed round (at least once), so that thread start-up and scheduling noise do not
+    /// count.
+    pub min_ops_per_round: usize,
+    /// The measuring round reads free memory after every this-many allocations of a thread
+    /// (1: every one; the peers' harness reads every 16th on W3, whose million operations
+    /// would otherwise spend most of the round in `cuMemGetInfo`).
+    pub held_poll_every: usize,
+}
+
+impl Default for ThreadsConfig {
+    /// One thread on its own stream, three timed rounds of at least a million operations per
+    /// thread, memory held measured after every allocation.
+    fn default() -> Self {
+        ThreadsConfig {
+            threads: 1,
+            shared_stream: false,
+            timed_passes: 3,
+            measure_held: true,
+            min_ops_per_round: 1_000_000,
+            held_poll_every: 1,
+        }
+    }
+}
+
+/// One (resource, workload, threads, streams) measurement.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ThreadsResult {
+    /// The resource's label.
+    pub resource: String,
+    /// The workload's name.
+    pub workload: String,
+    /// Threads at once.
+    pub threads: usize,
+    /// Whether the threads shared the default stream.
+    pub shared_stream: bool,
+    /// Operations of all threads in one timed round (each thread replays its list
+    /// [`repeats`] times).
+    pub ops: usize,
+    /// Operations per second of the median round, all threads together.
+    pub ops_per_s: f64,
+    /// Peak bytes held from the device over the measuring round (0 when not measured).
+    pub peak_held_bytes: u64,
+    /// Peak bytes live, all threads together, over the measuring round (0 when not measured).
+    pub peak_live_bytes: u64,
+}
+
+impl ThreadsResult {
+    /// Held at peak over peak live (0 when not measured).
+    pub fn held_over_live(&self) -> f64 {
+        if self.peak_live_bytes == 0 {
+            return 0.0;
+        }
+        self.peak_held_bytes as f64 / self.peak_live_bytes as f64
+    }
+
+    /// One JSON object on one line: `resource`, `workload`, `threads`, `stream` (`own` or
+    /// `shared`), `ops`, `ops_per_s`, `peak_held_bytes`, `peak_live_bytes`.
+    pub fn to_json(&self) -> String {
+        format!(
+            "{{\"resource\":\"{}\",\"workload\":\"{}\",\"threads\":{},\"stream\":\"{}\",\"ops\":{},\"ops_per_s\":{:.0},\"peak_held_bytes\":{},\"peak_live_bytes\":{}}}",
+            self.resource.replace(['"', '\\'], "_"),
+            self.workload.replace(['"', '\\'], "_"),
+            self.threads,
+            if self.shared_stream { "shared" } else { "own" },
+            self.ops,
+            self.ops_per_s,
+            self.peak_held_bytes,
+            self.peak_live_bytes
+        )
+    }
+}
+
+/// What the measuring round counts, shared by the threads.
+struct Meter<'a> {
+    driver: &'a dyn Driver,
+    free_before: u64,
+    live: AtomicU64,
+    peak_live: AtomicU64,
+    peak_held: AtomicU64,
+    poll_every: usize,
+}
+
+/// Runs one round: every thread replays `workload` once, starting together. Returns the wall
+/// time from the start to the end of the last thread plus a context synchronize.
+fn round<R: DeviceMemoryResource>(
+    driver: &dyn Driver,
+    resource: &R,
+    workload: &Workload,
+    streams: &[StreamId],
+    meter: Option<&Meter<'_>>,
+    repeat: usize,
+) -> MrResult<f64> {
+    let ctx = driver.current_context()?;
+    let barrier = Barrier::new(streams.len());
+    // Each thread times itself: the round runs from the first start to the last end, which a
+    // busy machine cannot shorten by descheduling a coordinating thread.
+    let results: Vec<MrResult<(Instant, Instant)>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = streams
+            .iter()
+            .map(|&stream| {
+                let barrier = &barrier;
+                scope.spawn(move || -> MrResult<(Instant, Instant)> {
+                    // A new thread has no current context (cuCtxSetCurrent is per thread).
+                    let set = driver.set_current_context(ctx);
+                    barrier.wait();
+                    set?;
+                    let start = Instant::now();
+                    let repeat = if meter.is_some() { 1 } else { repeat };
+                    (0..repeat)
+                        .try_for_each(|_| replay_metered(resource, workload, stream, meter))?;
+                    Ok((start, Instant::now()))
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(MrError::InvalidArgument {
+                        resource: resource.name(),
+                        reason: "a benchmark thread panicked".to_string(),
+                    })
+                })
+            })
+            .collect()
+    });
+    let spans = results.into_iter().collect::<MrResult<Vec<_>>>()?;
+    let sync = Instant::now();
+    driver.context_synchronize()?;
+    let sync = sync.elapsed();
+    let first = spans.iter().map(|s| s.0).min();
+    let last = spans.iter().map(|s| s.1).max();
+    let wall = match (first, last) {
+        (Some(f), Some(l)) => l.saturating_duration_since(f),
+        _ => std::time::Duration::ZERO,
+    };
+    Ok((wall + sync).as_nanos() as f64)
+}
+
+/// How many times each thread replays `workload` in a timed round of `config`.
+pub fn repeats(workload: &Workload, config: &ThreadsConfig) -> usize {
+    (config.min_ops_per_round / workload.ops.len().max(1)).max(1)
+}
+
+fn replay_metered<R: DeviceMemoryResource>(
+    resource: &R,
+    workload: &Workload,
+    stream: StreamId,
+    meter: Option<&Meter<'_>>,
+) -> MrResult<()> {
+    let Some(m) = meter else {
+        return replay_once(resource, workload, stream, || Ok(()));
+    };
+    let mut free_err = None;
+    let mut allocations = 0usize;
+    workloads::replay(
+        workload,
+        |size| {
+            let n = usize::try_from(size).map_err(|_| MrError::OutOfMemory {
+                resource: resource.name(),
+                requested: size,
+                available: None,
+            })?;
+            let p = resource.allocate(n, stream)?;
+            // Counted once the resource handed the memory out, so live never runs ahead.
+            let live = m.live.fetch_add(size, Ordering::Relaxed) + size;
+            m.peak_live.fetch_max(live, Ordering::Relaxed);
+            allocations += 1;
+            if allocations % m.poll_every != 0 {
+                return Ok::<_, MrError>((p, n));
+            }
+            match m.driver.mem_get_info() {
+                Ok(info) => {
+                    let held = m.free_before.saturating_sub(info.free);
+                    m.peak_held.fetch_max(held, Ordering::Relaxed);
+                    Ok::<_, MrError>((p, n))
+                }
+                Err(e) => {
+                    m.live.fetch_sub(size, Ordering::Relaxed);
+                    let _ = resource.deallocate(p, n, stream);
+                    Err(e.into())
+                }
+            }
+        },
+        |(p, n): (DevicePtr, usize), size| {
+            m.live.fetch_sub(size, Ordering::Relaxed);
+            if let Err(e) = resource.deallocate(p, n, stream) {
+                free_err.get_or_insert(e);
+            }
+        },
+    )?;
+    free_err.map_or(Ok(()), Err)
+}
+
+/// Builds a resource with `build`, measures the throughput of `workload` replayed by
+/// `config.threads` threads at once, then builds a fresh one for the round that measures
+/// memory held (see the module doc).
+///
+/// # Errors
+///
+/// A driver error (reading free memory, creating streams, synchronizing), or the first error
+/// of the resource in any thread.
+pub fn run<R: DeviceMemoryResource>(
+    driver: &dyn Driver,
+    build: impl Fn() -> MrResult<R>,
+    label: &str,
+    workload: &Workload,
+    config: &ThreadsConfig,
+) -> MrResult<ThreadsResult> {
+    let threads = config.threads.max(1);
+    let mut streams = Vec::with_capacity(threads);
+    for _ in 0..threads {
+        streams.push(if config.shared_stream {
+            StreamId::DEFAULT
+        } else {
+            driver.stream_create(true)?
+        });
+    }
+    let result = (|| {
+        let resource = build()?;
+        let repeat = repeats(workload, config);
+        round(driver, &resource, workload, &streams, None, repeat)?;
+        let mut times = Vec::with_capacity(config.timed_passes.max(1));
+        for _ in 0..config.timed_passes.max(1) {
+            times.push(round(driver, &resource, workload, &streams, None, repeat)?);
+        }
+        times.sort_by(f64::total_cmp);
+        let median = times[times.len() / 2];
+        let ops = workload.ops.len() * threads * repeat;
+        drop(resource);
+        let (mut peak_held, mut peak_live) = (0, 0);
+        if config.measure_held {
+            // A fresh resource: what it holds then comes from this round alone, whose peak
+            // live is measured (a resource that served earlier rounds still holds for their
+            // peaks, which a round in another interleaving of the threads may not reach).
+            driver.context_synchronize()?;
+            let free_before = driver.mem_get_info()?.free;
+            let resource = build()?;
+            let meter = Meter {
+                driver,
+                free_before,
+                live: AtomicU64::new(0),
+                peak_live: AtomicU64::new(0),
+                peak_held: AtomicU64::new(0),
+                poll_every: config.held_poll_every.max(1),
+            };
+            round(driver, &resource, workload, &streams, Some(&meter), 1)?;
+            peak_held = meter.peak_held.load(Ordering::Relaxed);
+            peak_live = meter.peak_live.load(Ordering::Relaxed);
+        }
+        Ok(ThreadsResult {
+            resource: label.to_string(),
+            workload: workload.name.clone(),
+            threads,
+            shared_stream: config.shared_stream,
+            ops,
+            ops_per_s: ops as f64 / (median.max(1.0) / 1e9),
+            peak_held_bytes: peak_held,
+            peak_live_bytes: peak_live,
+        })
+    })();
+    if !config.shared_stream {
+        for s in streams {
+            let _ = driver.stream_destroy(s);
+        }
+    }
+    result
+}

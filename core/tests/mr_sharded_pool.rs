@@ -1,0 +1,239 @@
+//! `ShardedPoolResource` beyond the generic suite: threads on their own shards without driver
+//! calls, frees from another thread, memory a thread stops using reaching another thread,
+//! the cross-stream rule inside a shard, and memory held under many threads.
+
+use std::sync::{Arc, Barrier};
+
+use emm_core::mr::bench_threads::{self, ThreadsConfig};
+use emm_core::mr::{
+    Backing, CudaResource, DeviceMemoryResource, PoolOptions, PoolResource, ShardedPoolResource,
+};
+use emm_core::workloads::{Op, Workload};
+use emm_core::{DeviceId, Driver, StreamId};
+use emm_sim::{CallKind, SimConfig, SimDriver, GIB, MIB};
+
+type Sharded = ShardedPoolResource<CudaResource<SimDriver>>;
+
+fn gpu(memory: u64) -> Arc<SimDriver> {
+    Arc::new(SimDriver::new(SimConfig::new(7).memory_per_device(memory)).expect("config"))
+}
+
+fn sharded(g: &Arc<SimDriver>, shards: usize) -> Sharded {
+    ShardedPoolResource::over(PoolResource::new(CudaResource::new(Arc::clone(g))), shards)
+}
+
+/// Runs `f` on a new thread with the driver's current context set, as a worker thread would.
+fn on_thread<T: Send>(g: &SimDriver, f: impl FnOnce() -> T + Send) -> T {
+    let ctx = g.current_context().unwrap();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            g.set_current_context(ctx).unwrap();
+            f()
+        })
+        .join()
+        .unwrap()
+    })
+}
+
+#[test]
+fn shard_counts_round_up_to_powers_of_two() {
+    let g = gpu(GIB);
+    assert_eq!(sharded(&g, 0).shards(), 1);
+    assert_eq!(sharded(&g, 3).shards(), 4);
+    assert_eq!(sharded(&g, 16).shards(), 16);
+    let r: Sharded = ShardedPoolResource::new(CudaResource::new(Arc::clone(&g)));
+    assert!(r.shards() >= 4);
+}
+
+#[test]
+fn warm_threads_allocate_without_driver_calls_or_the_shared_pool() {
+    let g = gpu(4 * GIB);
+    let r = sharded(&g, 8);
+    let threads = 4;
+    let barrier = Barrier::new(threads);
+    let ctx = g.current_context().unwrap();
+    // Warm: every thread grows its shard once.
+    let churn = |rounds: usize| {
+        for k in 0..rounds {
+            let n = 1 + (k * 7919) % (1 << 20);
+            let p = r.allocate(n, StreamId::DEFAULT).unwrap();
+            r.deallocate(p, n, StreamId::DEFAULT).unwrap();
+        }
+    };
+    let run = |rounds: usize| {
+        std::thread::scope(|s| {
+            for _ in 0..threads {
+                s.spawn(|| {
+                    g.set_current_context(ctx).unwrap();
+                    barrier.wait();
+                    churn(rounds);
+                });
+            }
+        })
+    };
+    run(100);
+    let (held, live) = r.shard_bytes();
+    assert_eq!(live, 0);
+    assert!(
+        held <= threads as u64 * 2 * MIB,
+        "each shard keeps one spare chunk: {held}"
+    );
+    let before = g.call_count();
+    // New threads get new shards (thread numbers go on), which take one chunk each.
+    run(5_000);
+    let taken = g.call_count() - before;
+    assert!(
+        taken <= 4 * threads as u64,
+        "{taken} driver calls for 20 000 operations"
+    );
+    // Each of the 8 shards keeps at most one spare chunk of at most 1 MiB (the largest request).
+    assert!(r.shard_bytes().0 <= 8 * MIB, "{:?}", r.shard_bytes());
+    assert!(r.shared().live_allocations() <= 8);
+}
+
+#[test]
+fn a_free_from_another_thread_finds_the_owning_shard() {
+    let g = gpu(GIB);
+    let r = sharded(&g, 4);
+    let s = StreamId::DEFAULT;
+    let p = r.allocate(5000, s).unwrap();
+    on_thread(&g, || r.deallocate(p, 5000, s)).unwrap();
+    // The block is back: freeing it again anywhere is refused, and nothing is live.
+    assert!(r.deallocate(p, 5000, s).is_err());
+    assert!(on_thread(&g, || r.deallocate(p, 5000, s)).is_err());
+    assert_eq!(r.shard_bytes().1, 0);
+    let q = on_thread(&g, || r.allocate(300, s)).unwrap();
+    assert!(r.deallocate(q, 299, s).is_err(), "wrong size refused");
+    r.deallocate(q, 300, s).unwrap();
+}
+
+#[test]
+fn memory_one_thread_stops_using_serves_another() {
+    // 1 GiB device: a thread fills 700 MiB and frees it; another thread then needs 700 MiB.
+    let g = gpu(GIB);
+    let r = sharded(&g, 4);
+    let s = StreamId::DEFAULT;
+    let fill = || {
+        // 2 MiB blocks: served by the thread's shard (requests above 4 MiB skip the shards).
+        let ps: Vec<_> = (0..350).map(|_| r.allocate(2 << 20, s).unwrap()).collect();
+        for p in ps {
+            r.deallocate(p, 2 << 20, s).unwrap();
+        }
+    };
+    on_thread(&g, fill);
+    on_thread(&g, fill);
+    let (held, live) = r.shard_bytes();
+    assert_eq!(live, 0);
+    // Each shard keeps the wholly free chunks it had no reason to give back while its live
+    // bytes were within 5 % (+ two chunks) of what it held: at most about 5 % of its peak.
+    let bound = 2 * (700 * MIB / 20 + 2 * 2 * MIB);
+    assert!(
+        held <= bound,
+        "the shards kept {held} bytes, more than {bound}"
+    );
+    // Requests above SHARD_MAX go to the shared pool, and back.
+    let big = r.allocate(64 << 20, s).unwrap();
+    assert_eq!(r.shard_bytes().1, 0, "not in a shard");
+    r.deallocate(big, 64 << 20, s).unwrap();
+    r.release().unwrap();
+    assert_eq!(
+        g.device_memory_used(DeviceId(0)),
+        0,
+        "release gives all back"
+    );
+}
+
+#[test]
+fn memory_freed_on_another_stream_is_reused_only_after_an_event() {
+    let g = gpu(GIB);
+    let r = sharded(&g, 1);
+    let (a, b) = (
+        g.stream_create(true).unwrap(),
+        g.stream_create(true).unwrap(),
+    );
+    let p = r.allocate(1 << 20, a).unwrap();
+    g.device_access(p, 1 << 20, a, true).unwrap();
+    r.deallocate(p, 1 << 20, a).unwrap();
+    let waits = |g: &SimDriver| {
+        g.trace()
+            .iter()
+            .filter(|e| e.call == CallKind::StreamWaitEvent)
+            .count()
+    };
+    let before = waits(&g);
+    // Nothing else fits on b: the shard takes a's block after ordering b after a.
+    let q = r.allocate(1 << 20, b).unwrap();
+    if q == p {
+        assert_eq!(
+            waits(&g),
+            before + 1,
+            "b waits on a before reusing a's block"
+        );
+    }
+    g.device_access(q, 1 << 20, b, true).unwrap();
+    r.deallocate(q, 1 << 20, b).unwrap();
+    g.context_synchronize().unwrap();
+    assert!(g.report().violations.is_empty(), "{:?}", g.report());
+    for s in [a, b] {
+        g.stream_destroy(s).unwrap();
+    }
+}
+
+#[test]
+fn held_stays_under_a_quarter_above_peak_live_with_up_to_eight_threads() {
+    // A churn of small and middling blocks, each thread its own copy, on their own streams and
+    // on one shared stream.
+    let mut ops = Vec::new();
+    let mut rng = emm_core::workloads::SplitMix64::new(5);
+    // W3's shape (shared/workloads.md), shorter: 1 000 live blocks of 8 B to 64 KiB, churned.
+    for _ in 0..1_000 {
+        ops.push(Op::Alloc(rng.range(8, 64 << 10)));
+    }
+    for _ in 0..10_000 {
+        ops.push(Op::Free(rng.below(1_000) as usize));
+        ops.push(Op::Alloc(rng.range(8, 64 << 10)));
+    }
+    for k in (0..1_000).rev() {
+        ops.push(Op::Free(k));
+    }
+    let w = Workload::new("churn", ops);
+    for (threads, shared_stream) in [(1, false), (2, false), (8, false), (8, true)] {
+        let g = SimDriver::new(
+            SimConfig::new(3)
+                .memory_per_device(8 * GIB)
+                .track_contents(false)
+                .record_trace(false),
+        )
+        .unwrap();
+        let config = ThreadsConfig {
+            threads,
+            shared_stream,
+            timed_passes: 1,
+            measure_held: true,
+            min_ops_per_round: 0,
+            held_poll_every: 1,
+        };
+        let d = Arc::new(g.clone());
+        // As `emm bench` builds `sharded`: a shared pool of cuMemAlloc chunks.
+        let build = || {
+            let up = CudaResource::<SimDriver>::new(Arc::clone(&d));
+            let shared =
+                PoolResource::with_options(up, PoolOptions::default().backing(Backing::Chunks))?;
+            Ok(ShardedPoolResource::over(shared, 8))
+        };
+        let res = bench_threads::run(&g, build, "sharded", &w, &config).unwrap();
+        assert!(res.peak_live_bytes > threads as u64 * 15 * MIB, "{res:?}");
+        // The bound for 16 threads on the GPU host.
+        let bound = 1.25;
+        assert!(
+            res.held_over_live() <= bound,
+            "{threads} threads, shared stream {shared_stream}: held {:.3} × peak live",
+            res.held_over_live()
+        );
+        assert_eq!(
+            g.device_memory_used(DeviceId(0)),
+            0,
+            "dropped: all given back"
+        );
+    }
+}
