@@ -26,6 +26,7 @@
 //! - [`sim_backend`]: [`SimBackend`], the simulated GPU.
 //! - [`cuda_backend`]: [`CudaBackend`], the real GPU.
 //! - [`cli`]: the `emm` command-line tool's subcommands.
+//! - [`sweep`]: the fault-injection sweep (`emm sweep`).
 
 pub mod assertions;
 pub mod backend;
@@ -40,6 +41,7 @@ pub mod runner;
 pub mod sim_backend;
 pub mod strategy;
 pub mod sut;
+pub mod sweep;
 pub mod transition;
 
 pub use backend::{Backend, Machine, Observes};

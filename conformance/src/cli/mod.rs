@@ -11,6 +11,7 @@
 //! - [`list`]: `emm list`.
 //! - [`replay`]: `emm replay <log.csv>`.
 //! - [`bench`]: `emm bench`.
+//! - [`sweep`]: `emm sweep`.
 
 pub mod args;
 pub mod bench;
@@ -18,6 +19,7 @@ pub mod check;
 pub mod list;
 pub mod progress;
 pub mod replay;
+pub mod sweep;
 
 use std::sync::Arc;
 
@@ -55,6 +57,7 @@ pub const COMMANDS: &[Command] = &[
     list::COMMAND,
     replay::COMMAND,
     bench::COMMAND,
+    sweep::COMMAND,
 ];
 
 /// Runs `emm` with `argv` (without the program name); returns the exit status.

@@ -248,6 +248,13 @@ impl<R: DeviceMemoryResource + 'static, D: Driver + ?Sized> MemoryManager
 
     fn get_memory_info(&self) -> EmmResult<MemoryInfo> {
         let r = &self.device.resource;
+        if let Some(info) = r.memory_info() {
+            return Ok(info.into());
+        }
+        // `None` is also what a driver-backed resource says when cuMemGetInfo fails: ask the
+        // driver, so that its failure is reported as what it is and not as "unsupported"
+        // (found by the fault sweep; regression test in core/tests/reliability_faults.rs).
+        r.driver().mem_get_info()?;
         r.memory_info().map(MemoryInfo::from).ok_or_else(|| {
             EmmError::unsupported(
                 Self::TAG,
