@@ -27,6 +27,7 @@
 //! - [`cuda_backend`]: [`CudaBackend`], the real GPU.
 //! - [`cli`]: the `emm` command-line tool's subcommands.
 //! - [`sweep`]: the fault-injection sweep (`emm sweep`).
+//! - [`stress`]: concurrency stress with seeded op lists and a replayable order.
 
 pub mod assertions;
 pub mod backend;
@@ -40,6 +41,7 @@ pub mod report;
 pub mod runner;
 pub mod sim_backend;
 pub mod strategy;
+pub mod stress;
 pub mod sut;
 pub mod sweep;
 pub mod transition;

@@ -60,6 +60,7 @@ impl std::fmt::Debug for Subject {
 ///
 /// A plugin that cannot be loaded, with the reason.
 pub fn subjects(plugins: &[String]) -> Result<Vec<Subject>, String> {
+    emm_sandbox::install_loader();
     let mut out = Vec::new();
     for name in manager_names().into_iter().chain(plugins.iter().cloned()) {
         let factory = crate::cli::resolve_plugin(&name)?;

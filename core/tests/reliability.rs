@@ -1,10 +1,11 @@
-//! Regression tests for the bugs the fault-injection sweep (`emm sweep`) found in emm-core.
+//! Regression tests for the bugs the fault-injection sweep (`emm sweep`) and the concurrency
+//! stress (conformance/tests/stress.rs) found in emm-core.
 
 use std::sync::Arc;
 
 use emm_core::contract::{Context, EmmError};
 use emm_core::managers::ResourceManagerFactory;
-use emm_core::{CudaCode, DeviceId};
+use emm_core::{CudaCode, DeviceId, Driver};
 use emm_sim::{CallKind, Fault, SimConfig, SimDriver, GIB};
 
 fn context(g: &Arc<SimDriver>, resource: &str) -> Context<SimDriver> {
@@ -43,4 +44,26 @@ fn a_failing_cumemgetinfo_is_reported_not_called_unsupported() {
         let info = ctx.get_memory_info().expect("recovers from one failure");
         assert_eq!(info.total, GIB, "{resource}");
     }
+}
+
+/// Found by the stress: `memalloc` of the async manager handed out memory allocated with
+/// cuMemAllocAsync on the legacy default stream without waiting for it, so a non-blocking
+/// stream writing it at once raced with the allocation (the legacy default stream orders
+/// nothing with non-blocking streams). `memalloc` memory is usable on every stream.
+#[test]
+fn async_memalloc_memory_is_ready_on_every_stream() {
+    let g = Arc::new(SimDriver::new(SimConfig::new(2).memory_per_device(GIB)).unwrap());
+    let s = g.stream_create(true).unwrap();
+    let ctx = context(&g, "async");
+    for i in 0..4u8 {
+        let p = ctx.memalloc(4096).unwrap();
+        g.memcpy_htod(p.device_ptr(), &[i; 64], Some(s)).unwrap();
+        // Idle before it is freed (the caller's part); the pool then reuses the block.
+        g.stream_synchronize(s).unwrap();
+        drop(p);
+    }
+    let races: Vec<String> = g.report().races().map(ToString::to_string).collect();
+    assert!(races.is_empty(), "{races:#?}");
+    drop(ctx);
+    g.stream_destroy(s).unwrap();
 }
