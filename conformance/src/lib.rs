@@ -28,6 +28,7 @@
 //! - [`cli`]: the `emm` command-line tool's subcommands.
 //! - [`sweep`]: the fault-injection sweep (`emm sweep`).
 //! - [`stress`]: concurrency stress with seeded op lists and a replayable order.
+//! - [`soak`]: random workloads for a set time with faults and quarantines (`emm soak`).
 
 pub mod assertions;
 pub mod backend;
@@ -40,6 +41,7 @@ pub mod replay;
 pub mod report;
 pub mod runner;
 pub mod sim_backend;
+pub mod soak;
 pub mod strategy;
 pub mod stress;
 pub mod sut;

@@ -61,7 +61,10 @@ fn thirty_two_threads_on_thirty_two_streams() {
 #[test]
 fn a_recorded_order_replays_call_for_call() {
     let s = subjects(&[]).unwrap_or_else(|e| panic!("{e}"));
-    let pool = s.iter().find(|s| s.name == "pool").expect("the pool manager");
+    let pool = s
+        .iter()
+        .find(|s| s.name == "pool")
+        .expect("the pool manager");
     let config = StressConfig {
         name: pool.name.clone(),
         factory: pool.factory.clone(),

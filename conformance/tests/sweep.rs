@@ -33,7 +33,10 @@ fn every_manager_survives_a_fault_at_every_third_position() {
     assert!(report.runs > 500, "{report}");
     // Every verdict occurs: errors surface, some calls are recovered from, and a failed
     // release leaves its object with the driver.
-    assert!(report.surfaced > 0 && report.recovered > 0 && report.kept_by_driver > 0, "{report}");
+    assert!(
+        report.surfaced > 0 && report.recovered > 0 && report.kept_by_driver > 0,
+        "{report}"
+    );
 }
 
 #[test]
@@ -42,7 +45,11 @@ fn a_scenario_prefix_frees_what_it_left_live() {
     let Scenario::Workload(p) = &Scenario::workloads(10)[0] else {
         panic!("W1 first");
     };
-    let allocs = p.ops.iter().filter(|o| matches!(o, emm_core::workloads::Op::Alloc(_))).count();
+    let allocs = p
+        .ops
+        .iter()
+        .filter(|o| matches!(o, emm_core::workloads::Op::Alloc(_)))
+        .count();
     let frees = p.ops.len() - allocs;
     assert_eq!(allocs, frees, "{:?}", p.ops);
     assert_eq!(&p.ops[..10], &w.ops[..10]);

@@ -9,8 +9,12 @@ use emm_core::{CudaCode, DeviceId, Driver};
 use emm_sim::{CallKind, Fault, SimConfig, SimDriver, GIB};
 
 fn context(g: &Arc<SimDriver>, resource: &str) -> Context<SimDriver> {
-    Context::with_factory(g.clone(), DeviceId(0), &ResourceManagerFactory::new(resource))
-        .expect("context")
+    Context::with_factory(
+        g.clone(),
+        DeviceId(0),
+        &ResourceManagerFactory::new(resource),
+    )
+    .expect("context")
 }
 
 /// Found by the sweep: when cuMemGetInfo failed, `get_memory_info` of a manager over a

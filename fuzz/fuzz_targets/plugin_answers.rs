@@ -112,15 +112,21 @@ fuzz_target!(|input: Input| {
     let config: Vec<u8> = input.script.iter().flat_map(|w| w.to_le_bytes()).collect();
     // SAFETY: the bytes are this build's own serialization of GUEST (item 1).
     #[allow(unsafe_code)]
-    let module = match unsafe { PluginModule::from_precompiled("scripted", precompiled(), limits(), config) } {
+    let module = match unsafe {
+        PluginModule::from_precompiled("scripted", precompiled(), limits(), config)
+    } {
         Ok(m) => m,
-        Err(e) => panic!("a config blob of {} bytes must load: {e}", input.script.len() * 8),
+        Err(e) => panic!(
+            "a config blob of {} bytes must load: {e}",
+            input.script.len() * 8
+        ),
     };
     let Ok(g) = SimDriver::new(SimConfig::new(9).memory_per_device(128 * MIB)) else {
         return;
     };
     let g = Arc::new(g);
-    let upstream: Arc<dyn DeviceMemoryResource> = Arc::new(CudaResource::<SimDriver>::new(Arc::clone(&g)));
+    let upstream: Arc<dyn DeviceMemoryResource> =
+        Arc::new(CudaResource::<SimDriver>::new(Arc::clone(&g)));
     let r = PluginResource::new(Arc::new(module), upstream);
     let s = StreamId::DEFAULT;
     let mut live: Vec<(DevicePtr, usize, u8)> = Vec::new();
@@ -138,7 +144,8 @@ fuzz_target!(|input: Input| {
                             );
                         }
                         tag = tag.wrapping_add(1).max(1);
-                        g.memcpy_htod(p, &vec![tag; size], None).expect("a checked answer is writable");
+                        g.memcpy_htod(p, &vec![tag; size], None)
+                            .expect("a checked answer is writable");
                         live.push((p, size, tag));
                     }
                     Err(e) => assert!(!e.to_string().is_empty()),

@@ -19,7 +19,8 @@ fuzz_target!(|data: &[u8]| {
         .fuel_per_call(Some(200_000))
         .memory_cap(4 << 20)
         .max_restarts(1);
-    let Ok(module) = PluginModule::from_bytes("fuzzed", data, limits, b"chunk_bytes=1048576".to_vec())
+    let Ok(module) =
+        PluginModule::from_bytes("fuzzed", data, limits, b"chunk_bytes=1048576".to_vec())
     else {
         return;
     };
@@ -27,14 +28,16 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let g = Arc::new(g);
-    let upstream: Arc<dyn DeviceMemoryResource> = Arc::new(CudaResource::<SimDriver>::new(Arc::clone(&g)));
+    let upstream: Arc<dyn DeviceMemoryResource> =
+        Arc::new(CudaResource::<SimDriver>::new(Arc::clone(&g)));
     let r = PluginResource::new(Arc::new(module), upstream);
     let s = StreamId::DEFAULT;
     let mut live = Vec::new();
     for (i, size) in [256usize, 4096, 1000, 1 << 20, 300].into_iter().enumerate() {
         if let Ok(p) = r.allocate(size, s) {
             let fill = vec![i as u8 + 1; size];
-            g.memcpy_htod(p, &fill, None).expect("the host checked the answer: it is writable");
+            g.memcpy_htod(p, &fill, None)
+                .expect("the host checked the answer: it is writable");
             live.push((p, size, i as u8 + 1));
         }
     }

@@ -21,8 +21,11 @@ fuzz_target!(|data: &[u8]| {
     if log.events().len() > 512 {
         return;
     }
-    let Ok(sim) = SimDriver::new(SimConfig::new(1).memory_per_device(GIB).track_contents(false))
-    else {
+    let Ok(sim) = SimDriver::new(
+        SimConfig::new(1)
+            .memory_per_device(GIB)
+            .track_contents(false),
+    ) else {
         return;
     };
     let sim = Arc::new(sim);

@@ -124,11 +124,19 @@ fn run(g: &SimDriver, ops: &[Op]) -> Held {
             Op::EventDestroy(e) => g.event_destroy(pick(e, &h.events, EventId)),
             Op::Write(p, off, v, s) => {
                 let data = [v; 16];
-                g.memcpy_htod(dev(p, &h).offset(u64::from(off)), &data, s.map(|s| stream(s, &h)))
+                g.memcpy_htod(
+                    dev(p, &h).offset(u64::from(off)),
+                    &data,
+                    s.map(|s| stream(s, &h)),
+                )
             }
             Op::Read(p, off, len, s) => {
                 let mut back = vec![0u8; usize::from(len % 4096)];
-                g.memcpy_dtoh(&mut back, dev(p, &h).offset(u64::from(off)), s.map(|s| stream(s, &h)))
+                g.memcpy_dtoh(
+                    &mut back,
+                    dev(p, &h).offset(u64::from(off)),
+                    s.map(|s| stream(s, &h)),
+                )
             }
             Op::Memset(p, v, s, st) => {
                 g.memset_d8(dev(p, &h), v, s.bytes(), st.map(|s| stream(s, &h)))
@@ -182,7 +190,9 @@ fn run(g: &SimDriver, ops: &[Op]) -> Held {
                 g.mem_address_reserve(size, 0)
                     .map(|p| h.reserved.push((p, size)))
             }
-            Op::Create(s) => g.mem_create(s.bytes(), DeviceId(0)).map(|p| h.physical.push(p)),
+            Op::Create(s) => g
+                .mem_create(s.bytes(), DeviceId(0))
+                .map(|p| h.physical.push(p)),
             Op::Map(r, s, p) => {
                 let at = pick(r, &h.reserved, |n| (DevicePtr(n), 0)).0;
                 let size = s.bytes();
@@ -200,7 +210,9 @@ fn run(g: &SimDriver, ops: &[Op]) -> Held {
                 let size = if size == 0 { s.bytes() } else { size };
                 g.mem_address_free(at, size)
             }
-            Op::Info => g.mem_get_info().map(|i| assert!(i.free <= i.total, "{i:?}")),
+            Op::Info => g
+                .mem_get_info()
+                .map(|i| assert!(i.free <= i.total, "{i:?}")),
             Op::Range(p) => g.mem_get_address_range(dev(p, &h)).map(|_| ()),
             Op::Ipc(p) => g.ipc_get_mem_handle(dev(p, &h)).map(|_| ()),
             Op::Sync => g.context_synchronize(),

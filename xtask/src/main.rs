@@ -7,6 +7,7 @@
 //! - `demo [args...]`: the simulated GPU's scripted demo (`emm-sim`'s `demo` example).
 //! - `bench`: the benchmarks.
 //! - `hardware [--bundle-only]`: the GPU bundle (see [`hardware`]), run here if there is a GPU.
+//! - `soak --minutes N`, `fuzz [--seconds N] [target...]`: see [`reliability`].
 //! - `help`: the usage text.
 //!
 //! Progress lines (`==> step`) and errors go to stderr, so a command's own output on stdout stays
@@ -19,6 +20,7 @@ use std::path::PathBuf;
 use std::process::{Command, ExitCode, Stdio};
 
 mod hardware;
+mod reliability;
 
 /// The usage text for `help`, no arguments, or a bad command line.
 const USAGE: &str = "\
@@ -39,6 +41,12 @@ commands:
                    build target/hardware/ (release emm, smoke tests, wasm plugins, the peers,
                    run.sh) and, on a GPU machine, run it: the conformance suite on the
                    simulator then the GPU, the workloads beside the peers, report.md
+  soak [--minutes N]
+                   build a release emm and the plugins, then `emm soak` for N minutes
+                   (default 30): random workloads, driver faults, plugin quarantines
+  fuzz [--seconds N] [target...]
+                   run the cargo-fuzz targets of fuzz/ (default: all, 600 s each, one at
+                   a time; needs nightly and cargo-fuzz)
   help             print this text";
 
 /// The rustup targets `test` installs: the sandbox's plugin ABI and WASI builds.
@@ -84,6 +92,8 @@ fn main() -> ExitCode {
             "wasm" => no_args("wasm", &rest).unwrap_or_else(|| result(wasm())),
             "demo" => result(demo(&rest)),
             "bench" => no_args("bench", &rest).unwrap_or_else(|| result(bench())),
+            "soak" => result(reliability::soak(&rest)),
+            "fuzz" => result(reliability::fuzz(&rest)),
             "hardware" => match rest
                 .iter()
                 .map(|a| a.to_string_lossy())
@@ -150,10 +160,11 @@ fn test() -> Result<(), Failure> {
     if has_nextest() {
         run("test", cargo(["nextest", "run", "--workspace"]))?;
         // nextest does not run doctests.
-        run("doctest", cargo(["test", "--workspace", "--doc"]))
+        run("doctest", cargo(["test", "--workspace", "--doc"]))?;
     } else {
-        run("test", cargo(["test", "--workspace"]))
+        run("test", cargo(["test", "--workspace"]))?;
     }
+    reliability::fuzz_smoke()
 }
 
 /// The plugin crates `wasm` builds: (package, the `.wasm` file it makes).

@@ -12,6 +12,7 @@
 //! - [`replay`]: `emm replay <log.csv>`.
 //! - [`bench`]: `emm bench`.
 //! - [`sweep`]: `emm sweep`.
+//! - [`soak`]: `emm soak`.
 
 pub mod args;
 pub mod bench;
@@ -19,6 +20,7 @@ pub mod check;
 pub mod list;
 pub mod progress;
 pub mod replay;
+pub mod soak;
 pub mod sweep;
 
 use std::sync::Arc;
@@ -58,6 +60,7 @@ pub const COMMANDS: &[Command] = &[
     replay::COMMAND,
     bench::COMMAND,
     sweep::COMMAND,
+    soak::COMMAND,
 ];
 
 /// Runs `emm` with `argv` (without the program name); returns the exit status.

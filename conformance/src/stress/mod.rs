@@ -107,9 +107,17 @@ impl fmt::Display for StressReport {
             self.violations.len(),
             self.corrupted.len(),
             self.errors.len(),
-            if self.leaked.is_some() { "leaked" } else { "nothing leaked" }
+            if self.leaked.is_some() {
+                "leaked"
+            } else {
+                "nothing leaked"
+            }
         )?;
-        let all = self.panic.iter().chain(&self.overlaps).chain(&self.violations);
+        let all = self
+            .panic
+            .iter()
+            .chain(&self.overlaps)
+            .chain(&self.violations);
         for x in all.chain(&self.corrupted).chain(&self.errors).take(10) {
             writeln!(f, "  - {x}")?;
         }
@@ -258,10 +266,12 @@ pub fn replay(config: &StressConfig, order: &[u16]) -> Result<StressReport, Stri
     };
     for &t in order {
         let t = usize::from(t);
-        let op = lists
-            .get(t)
-            .and_then(|l| l.get(next[t]))
-            .ok_or_else(|| format!("the order names op {} of thread {t}, which has none", next[t]))?;
+        let op = lists.get(t).and_then(|l| l.get(next[t])).ok_or_else(|| {
+            format!(
+                "the order names op {} of thread {t}, which has none",
+                next[t]
+            )
+        })?;
         next[t] += 1;
         workers[t].step(&ctx, &sim, &shared, *op);
         report.ops_run += 1;

@@ -117,7 +117,14 @@ impl Worker {
         }
     }
 
-    fn alloc(&mut self, ctx: &Context<SimDriver>, sim: &SimDriver, sh: &Shared, size: usize, on_stream: bool) {
+    fn alloc(
+        &mut self,
+        ctx: &Context<SimDriver>,
+        sim: &SimDriver,
+        sh: &Shared,
+        size: usize,
+        on_stream: bool,
+    ) {
         let on_stream = on_stream && sh.stream_ordered;
         let r = if on_stream {
             ctx.memalloc_async(size, self.stream)
@@ -143,7 +150,14 @@ impl Worker {
         }
     }
 
-    fn free(&mut self, ctx: &Context<SimDriver>, sim: &SimDriver, sh: &Shared, i: usize, on_stream: bool) {
+    fn free(
+        &mut self,
+        ctx: &Context<SimDriver>,
+        sim: &SimDriver,
+        sh: &Shared,
+        i: usize,
+        on_stream: bool,
+    ) {
         if self.live.is_empty() {
             return;
         }
@@ -197,7 +211,9 @@ impl Worker {
                             ));
                         }
                     }
-                    Err(e) => self.errors.push(format!("thread {}: view: {e}", self.thread)),
+                    Err(e) => self
+                        .errors
+                        .push(format!("thread {}: view: {e}", self.thread)),
                 }
             }
             ThreadOp::Ipc(i) if sh.ipc => {

@@ -137,7 +137,9 @@ fn sweep_one(
     };
     // The clean run must pass the same checks, or every position would inherit its fault.
     if let Some(p) = &clean.panic {
-        report.failures.push(fail(None, None, format!("the clean run panicked: {p}")));
+        report
+            .failures
+            .push(fail(None, None, format!("the clean run panicked: {p}")));
         return 0;
     }
     if !clean.report.is_clean() || !clean.corrupted.is_empty() {

@@ -187,13 +187,20 @@ pub enum Verdict {
 }
 
 /// Checks the faulted run `f` against the clean run `clean`; `Err` says what broke.
-pub fn judge(clean: &RunOutcome, f: &RunOutcome, k: u64, code: CudaCode) -> Result<Verdict, String> {
+pub fn judge(
+    clean: &RunOutcome,
+    f: &RunOutcome,
+    k: u64,
+    code: CudaCode,
+) -> Result<Verdict, String> {
     if let Some(p) = &f.panic {
         return Err(format!("panicked: {p}"));
     }
     let idx = usize::try_from(k - 1).unwrap_or(usize::MAX);
     let Some(call) = f.trace.get(idx) else {
-        return Err(format!("the run made fewer than {k} calls: the sweep is not deterministic"));
+        return Err(format!(
+            "the run made fewer than {k} calls: the sweep is not deterministic"
+        ));
     };
     if call.result != Err(code) || clean.trace.get(idx).map(|e| e.call) != Some(call.call) {
         return Err(format!(
@@ -222,12 +229,16 @@ pub fn judge(clean: &RunOutcome, f: &RunOutcome, k: u64, code: CudaCode) -> Resu
     if !f.report.nothing_held() {
         // The harness's own buffers (a pageable buffer under a pin that could not be undone)
         // are held because of that one object, not beside it.
-        let harness = f.report.leaks.iter().filter(|l| l.caller == HARNESS).count() as u64;
+        let harness = f
+            .report
+            .leaks
+            .iter()
+            .filter(|l| l.caller == HARNESS)
+            .count() as u64;
         let held = held_count(&f.report).saturating_sub(harness);
         let only_that = is_release(call.call)
             && held == 1
-            && f
-                .report
+            && f.report
                 .leaks
                 .iter()
                 .all(|l| l.addr == call.args[0] || l.caller == HARNESS);

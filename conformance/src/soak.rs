@@ -1,0 +1,410 @@
+//! The soak: random workloads for a set time against long-lived managers on one simulated
+//! GPU each, with periodic fault injection and plugin quarantines, checking that nothing
+//! creeps: memory the managers hold after a `reset`, bytes still live after a round, the
+//! simulator's leak counters, and this process's resident memory (`emm soak`, `cargo xtask
+//! soak --minutes N`).
+//!
+//! Each round picks a manager (round-robin) and a workload from a seeded SplitMix64: a prefix
+//! of W1, W2 or W3 of random length, or a short concurrency stress on 8 threads. Every
+//! `fault_every`-th round runs with random failures of the driver's acquiring calls (out of
+//! memory or a failed launch; releases never fail, so nothing is owed to the driver after);
+//! every `quarantine_every`-th round loads a hostile plugin beside the managers, lets it break
+//! a rule until it is quarantined, and checks that its good allocations survive and its
+//! memory comes back.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use emm_core::attribution::CallerScope;
+use emm_core::contract::{Context, MemoryPointer};
+use emm_core::mr::{CudaResource, DeviceMemoryResource};
+use emm_core::workloads::{self, Op as WorkOp, SplitMix64};
+use emm_core::{CudaCode, DeviceId, Driver, StreamId};
+use emm_sandbox::{PluginLimits, PluginModule, PluginResource};
+use emm_sim::{CallKind, Fault, SimConfig, SimDriver, GIB};
+
+use crate::stress::{self, StressConfig};
+use crate::sut::HARNESS;
+use crate::sweep::Subject;
+
+/// What to soak.
+#[derive(Debug, Clone)]
+pub struct SoakConfig {
+    /// The managers (each gets one long-lived machine and context).
+    pub subjects: Vec<Subject>,
+    /// How long to run.
+    pub duration: Duration,
+    /// The seed of the round choices.
+    pub seed: u64,
+    /// Every n-th round runs with random driver failures.
+    pub fault_every: u64,
+    /// Every n-th round quarantines a hostile plugin.
+    pub quarantine_every: u64,
+}
+
+/// One manager's machine and context, kept for the whole soak.
+struct Long {
+    subject: Subject,
+    sim: Arc<SimDriver>,
+    ctx: Context<SimDriver>,
+    /// Device memory in use after the first round's reset: the level it must keep.
+    baseline: Option<u64>,
+    /// The most device memory seen in use after a reset.
+    max_after_reset: u64,
+}
+
+/// What a soak saw.
+#[derive(Debug, Clone, Default)]
+pub struct SoakSummary {
+    /// Rounds run.
+    pub rounds: u64,
+    /// Manager operations run.
+    pub ops: u64,
+    /// Rounds with random driver failures.
+    pub fault_rounds: u64,
+    /// Errors the managers returned in those rounds (each a typed error).
+    pub errors_surfaced: u64,
+    /// Hostile plugins quarantined.
+    pub quarantines: u64,
+    /// Per manager: (name, device memory held after reset at the first round, the most after
+    /// any reset).
+    pub held_after_reset: Vec<(String, u64, u64)>,
+    /// Resident memory of this process after the first round and at the end, in KiB.
+    pub rss_kib: (u64, u64),
+    /// Resident memory in KiB when a quarter of the time had passed: the level after warm-up
+    /// that the end is compared with.
+    pub rss_warm_kib: u64,
+    /// What broke, if anything.
+    pub failures: Vec<String>,
+    /// How long it ran.
+    pub elapsed: Duration,
+}
+
+impl SoakSummary {
+    /// Whether nothing crept and nothing broke.
+    pub fn passed(&self) -> bool {
+        self.failures.is_empty()
+    }
+}
+
+impl std::fmt::Display for SoakSummary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "soak: {} rounds, {} ops in {:.1} min; {} rounds with driver faults ({} typed errors \
+             surfaced), {} plugins quarantined",
+            self.rounds,
+            self.ops,
+            self.elapsed.as_secs_f64() / 60.0,
+            self.fault_rounds,
+            self.errors_surfaced,
+            self.quarantines
+        )?;
+        writeln!(
+            f,
+            "  resident memory: {} KiB after the first round, {} KiB a quarter in, {} KiB at the end",
+            self.rss_kib.0, self.rss_warm_kib, self.rss_kib.1
+        )?;
+        for (name, first, max) in &self.held_after_reset {
+            writeln!(
+                f,
+                "  {name:<28} held after reset: first {first} B, max {max} B"
+            )?;
+        }
+        writeln!(f, "  failures: {}", self.failures.len())?;
+        for x in self.failures.iter().take(20) {
+            writeln!(f, "  FAIL {x}")?;
+        }
+        Ok(())
+    }
+}
+
+/// This process's resident memory in KiB (Linux; 0 elsewhere).
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| {
+            s.split_whitespace()
+                .nth(1)
+                .and_then(|p| p.parse::<u64>().ok())
+        })
+        .map_or(0, |pages| pages * 4)
+}
+
+/// The acquiring calls a fault round fails at random.
+const ACQUIRING: [CallKind; 6] = [
+    CallKind::MemAlloc,
+    CallKind::MemAllocAsync,
+    CallKind::MemAllocFromPoolAsync,
+    CallKind::MemAllocManaged,
+    CallKind::HostAlloc,
+    CallKind::MemCreate,
+];
+
+/// Runs one workload prefix on `l`; returns (ops, errors).
+fn workload_round(l: &Long, rng: &mut SplitMix64, failures: &mut Vec<String>) -> (u64, u64) {
+    let w = match rng.below(3) {
+        0 => workloads::w1(),
+        1 => workloads::w2(),
+        _ => workloads::w3(),
+    };
+    let n = usize::try_from(rng.range(100, 5000)).unwrap_or(100);
+    let mut live: Vec<Option<(MemoryPointer, u8)>> = Vec::new();
+    let (mut ops, mut errors) = (0u64, 0u64);
+    let mut tag = 0u8;
+    let check = |p: &MemoryPointer, v: u8| {
+        let _h = CallerScope::enter(HARNESS);
+        let mut b = [0u8];
+        l.sim.memcpy_dtoh(&mut b, p.device_ptr(), None).is_ok() && b[0] == v
+    };
+    let drain = w.ops.iter().take(n).copied().collect::<Vec<_>>();
+    for op in drain {
+        ops += 1;
+        match op {
+            WorkOp::Alloc(size) => {
+                match l.ctx.memalloc(usize::try_from(size).unwrap_or(usize::MAX)) {
+                    Ok(p) => {
+                        tag = tag.wrapping_add(1).max(1);
+                        let _h = CallerScope::enter(HARNESS);
+                        let _ = l.sim.memcpy_htod(p.device_ptr(), &[tag], None);
+                        live.push(Some((p, tag)));
+                    }
+                    Err(_) => {
+                        errors += 1;
+                        live.push(None);
+                    }
+                }
+            }
+            WorkOp::Free(j) if j < live.len() => {
+                if let Some((p, v)) = live.swap_remove(j) {
+                    if !check(&p, v) {
+                        failures.push(format!(
+                            "{}: {} lost its contents",
+                            l.subject.name,
+                            p.device_ptr()
+                        ));
+                    }
+                }
+            }
+            WorkOp::Free(_) => {}
+        }
+    }
+    for (p, v) in live.into_iter().flatten() {
+        if !check(&p, v) {
+            failures.push(format!(
+                "{}: {} lost its contents",
+                l.subject.name,
+                p.device_ptr()
+            ));
+        }
+    }
+    (ops, errors)
+}
+
+/// A plugin that answers well for three allocations, then answers an overlap.
+const HOSTILE: &str = r#"(module
+  (import "emm" "upstream_alloc" (func $up (param i64 i64) (result i32)))
+  (memory (export "memory") 1)
+  (global $chunk (mut i32) (i32.const 0))
+  (global $n (mut i64) (i64.const 0))
+  (func (export "emm_abi_version") (result i32) (i32.const 1))
+  (func (export "emm_buffer") (param i32) (result i32) (i32.const 1024))
+  (func (export "emm_init") (param i32 i32) (result i32) (i32.const 0))
+  (func (export "emm_alloc") (param i64 i64 i64) (result i64)
+    (if (i32.eqz (global.get $chunk)) (then (global.set $chunk (call $up (i64.const 1048576) (i64.const 256)))))
+    (global.set $n (i64.add (global.get $n) (i64.const 1)))
+    (i64.or (i64.shl (i64.extend_i32_u (global.get $chunk)) (i64.const 40))
+            (i64.mul (i64.rem_u (global.get $n) (i64.const 4)) (i64.const 4096))))
+  (func (export "emm_free") (param i32 i64 i64 i64) (result i32) (i32.const 0)))"#;
+
+/// Loads [`HOSTILE`] on `sim`, allocates until it is quarantined; checks the good
+/// allocations survive and the device memory comes back once they are freed.
+fn quarantine_round(sim: &Arc<SimDriver>, failures: &mut Vec<String>) -> bool {
+    let before = sim.device_memory_used(DeviceId(0));
+    let limits = PluginLimits::default().deadline(None);
+    let module = match PluginModule::from_bytes("hostile", HOSTILE.as_bytes(), limits, Vec::new()) {
+        Ok(m) => Arc::new(m),
+        Err(e) => {
+            failures.push(format!("the hostile plugin does not load: {e}"));
+            return false;
+        }
+    };
+    let upstream: Arc<dyn DeviceMemoryResource> =
+        Arc::new(CudaResource::<SimDriver>::new(Arc::clone(sim)));
+    let r = PluginResource::new(module, upstream);
+    let s = StreamId::DEFAULT;
+    let mut good = Vec::new();
+    let _h = CallerScope::enter(HARNESS);
+    for i in 0..8u8 {
+        match r.allocate(4096, s) {
+            Ok(p) => {
+                let _ = sim.memcpy_htod(p, &[i | 0x80; 4096], None);
+                good.push((p, i | 0x80));
+            }
+            Err(_) => break,
+        }
+    }
+    let quarantined = r.quarantined().is_some();
+    if !quarantined {
+        failures.push("the hostile plugin answered an overlap and was not quarantined".into());
+    }
+    for (p, v) in good {
+        let mut back = vec![0u8; 4096];
+        if sim.memcpy_dtoh(&mut back, p, None).is_err() || back.iter().any(|&b| b != v) {
+            failures.push(format!(
+                "a quarantined plugin's allocation at {p} lost its contents"
+            ));
+        }
+        if let Err(e) = r.deallocate(p, 4096, s) {
+            failures.push(format!("freeing a quarantined plugin's allocation: {e}"));
+        }
+    }
+    drop(r);
+    let after = sim.device_memory_used(DeviceId(0));
+    if after != before {
+        failures.push(format!(
+            "a quarantined plugin kept {} bytes",
+            after.saturating_sub(before)
+        ));
+    }
+    quarantined
+}
+
+/// Runs the soak; `progress` hears of every 100th round.
+///
+/// # Errors
+///
+/// A machine or a context cannot be made.
+pub fn soak(
+    config: &SoakConfig,
+    mut progress: impl FnMut(&SoakSummary),
+) -> Result<SoakSummary, String> {
+    let start = Instant::now();
+    let mut longs = Vec::new();
+    for s in &config.subjects {
+        let sim = Arc::new(SimDriver::new(
+            SimConfig::new(config.seed)
+                .memory_per_device(8 * GIB)
+                .record_trace(false),
+        )?);
+        let ctx = Context::with_factory(Arc::clone(&sim), DeviceId(0), &*s.factory)
+            .map_err(|e| format!("{}: {e}", s.name))?;
+        longs.push(Long {
+            subject: s.clone(),
+            sim,
+            ctx,
+            baseline: None,
+            max_after_reset: 0,
+        });
+    }
+    if longs.is_empty() {
+        return Err("nothing to soak: no managers".into());
+    }
+    let mut rng = SplitMix64::new(config.seed);
+    let mut sum = SoakSummary::default();
+    while start.elapsed() < config.duration {
+        let round = sum.rounds;
+        sum.rounds += 1;
+        let i = usize::try_from(round).unwrap_or(0) % longs.len();
+        let faulty = config.fault_every > 0 && round % config.fault_every == config.fault_every - 1;
+        let l = &mut longs[i];
+        if faulty {
+            sum.fault_rounds += 1;
+            let code = if rng.below(2) == 0 {
+                CudaCode::OUT_OF_MEMORY
+            } else {
+                CudaCode::LAUNCH_FAILED
+            };
+            l.sim.inject(Fault::Random {
+                calls: ACQUIRING.to_vec(),
+                per_million: 20_000,
+                code,
+            });
+        }
+        if rng.below(4) == 0 && !faulty {
+            // A short stress on its own machine (threads need a fresh, race-checked one).
+            let c = StressConfig {
+                name: l.subject.name.clone(),
+                factory: Arc::clone(&l.subject.factory),
+                threads: 8,
+                ops: 60,
+                seed: rng.next_u64(),
+            };
+            match stress::run(&c) {
+                Ok(r) if r.passed() => sum.ops += r.ops_run as u64,
+                Ok(r) => sum.failures.push(r.to_string()),
+                Err(e) => sum.failures.push(e),
+            }
+        } else {
+            let (ops, errors) = workload_round(l, &mut rng, &mut sum.failures);
+            sum.ops += ops;
+            if faulty {
+                sum.errors_surfaced += errors;
+            } else if errors > 0 {
+                sum.failures.push(format!(
+                    "{}: {errors} errors in a round without faults",
+                    l.subject.name
+                ));
+            }
+        }
+        l.sim.clear_faults();
+        if let Err(e) = l.ctx.reset() {
+            sum.failures.push(format!("{}: reset: {e}", l.subject.name));
+        }
+        let held = l.sim.device_memory_used(DeviceId(0));
+        let base = *l.baseline.get_or_insert(held);
+        l.max_after_reset = l.max_after_reset.max(held);
+        if held > base {
+            sum.failures.push(format!(
+                "{}: round {round}: {held} B held after reset, {base} B after the first",
+                l.subject.name
+            ));
+        }
+        if config.quarantine_every > 0
+            && round % config.quarantine_every == config.quarantine_every - 1
+        {
+            let sim = Arc::clone(&l.sim);
+            if quarantine_round(&sim, &mut sum.failures) {
+                sum.quarantines += 1;
+            }
+        }
+        if round == 0 {
+            sum.rss_kib.0 = rss_kib();
+        }
+        if sum.rss_warm_kib == 0 && start.elapsed() >= config.duration / 4 {
+            sum.rss_warm_kib = rss_kib();
+        }
+        if sum.rounds % 100 == 0 {
+            sum.elapsed = start.elapsed();
+            progress(&sum);
+        }
+    }
+    for l in longs {
+        sum.held_after_reset.push((
+            l.subject.name.clone(),
+            l.baseline.unwrap_or(0),
+            l.max_after_reset,
+        ));
+        let Long {
+            sim, ctx, subject, ..
+        } = l;
+        drop(ctx);
+        let r = sim.report();
+        if !r.is_clean() {
+            sum.failures
+                .push(format!("{}: after teardown:\n{r}", subject.name));
+        }
+    }
+    sum.rss_kib.1 = rss_kib();
+    // Resident memory grows while caches warm (the first quarter); a leak keeps growing with
+    // rounds, so the last three quarters may add at most a quarter more, plus 32 MiB.
+    let warm = sum.rss_warm_kib;
+    if warm > 0 && sum.rss_kib.1 > warm + warm / 4 + 32 * 1024 {
+        sum.failures.push(format!(
+            "resident memory grew from {warm} KiB (a quarter in) to {} KiB",
+            sum.rss_kib.1
+        ));
+    }
+    sum.elapsed = start.elapsed();
+    Ok(sum)
+}
