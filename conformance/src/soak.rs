@@ -40,6 +40,8 @@ pub struct SoakConfig {
     pub fault_every: u64,
     /// Every n-th round quarantines a hostile plugin.
     pub quarantine_every: u64,
+    /// The most ops of a workload round (its length is drawn from 100 to this).
+    pub max_ops: u64,
 }
 
 /// One manager's machine and context, kept for the whole soak.
@@ -142,13 +144,18 @@ const ACQUIRING: [CallKind; 6] = [
 ];
 
 /// Runs one workload prefix on `l`; returns (ops, errors).
-fn workload_round(l: &Long, rng: &mut SplitMix64, failures: &mut Vec<String>) -> (u64, u64) {
+fn workload_round(
+    l: &Long,
+    rng: &mut SplitMix64,
+    max_ops: u64,
+    failures: &mut Vec<String>,
+) -> (u64, u64) {
     let w = match rng.below(3) {
         0 => workloads::w1(),
         1 => workloads::w2(),
         _ => workloads::w3(),
     };
-    let n = usize::try_from(rng.range(100, 5000)).unwrap_or(100);
+    let n = usize::try_from(rng.range(100.min(max_ops), max_ops.max(1))).unwrap_or(100);
     let mut live: Vec<Option<(MemoryPointer, u8)>> = Vec::new();
     let (mut ops, mut errors) = (0u64, 0u64);
     let mut tag = 0u8;
@@ -217,18 +224,23 @@ const HOSTILE: &str = r#"(module
             (i64.mul (i64.rem_u (global.get $n) (i64.const 4)) (i64.const 4096))))
   (func (export "emm_free") (param i32 i64 i64 i64) (result i32) (i32.const 0)))"#;
 
-/// Loads [`HOSTILE`] on `sim`, allocates until it is quarantined; checks the good
-/// allocations survive and the device memory comes back once they are freed.
-fn quarantine_round(sim: &Arc<SimDriver>, failures: &mut Vec<String>) -> bool {
-    let before = sim.device_memory_used(DeviceId(0));
+/// [`HOSTILE`], compiled once per soak.
+fn hostile() -> Result<Arc<PluginModule>, String> {
     let limits = PluginLimits::default().deadline(None);
-    let module = match PluginModule::from_bytes("hostile", HOSTILE.as_bytes(), limits, Vec::new()) {
-        Ok(m) => Arc::new(m),
-        Err(e) => {
-            failures.push(format!("the hostile plugin does not load: {e}"));
-            return false;
-        }
-    };
+    PluginModule::from_bytes("hostile", HOSTILE.as_bytes(), limits, Vec::new())
+        .map(Arc::new)
+        .map_err(|e| format!("the hostile plugin does not load: {e}"))
+}
+
+/// Runs [`HOSTILE`] on `sim`, allocates until it is quarantined; checks the good
+/// allocations survive and the device memory comes back once they are freed.
+fn quarantine_round(
+    module: &Arc<PluginModule>,
+    sim: &Arc<SimDriver>,
+    failures: &mut Vec<String>,
+) -> bool {
+    let before = sim.device_memory_used(DeviceId(0));
+    let module = Arc::clone(module);
     let upstream: Arc<dyn DeviceMemoryResource> =
         Arc::new(CudaResource::<SimDriver>::new(Arc::clone(sim)));
     let r = PluginResource::new(module, upstream);
@@ -300,6 +312,7 @@ pub fn soak(
     if longs.is_empty() {
         return Err("nothing to soak: no managers".into());
     }
+    let hostile = hostile()?;
     let mut rng = SplitMix64::new(config.seed);
     let mut sum = SoakSummary::default();
     while start.elapsed() < config.duration {
@@ -327,7 +340,9 @@ pub fn soak(
                 name: l.subject.name.clone(),
                 factory: Arc::clone(&l.subject.factory),
                 threads: 8,
-                ops: 60,
+                ops: usize::try_from(config.max_ops / 50)
+                    .unwrap_or(60)
+                    .clamp(10, 100),
                 seed: rng.next_u64(),
             };
             match stress::run(&c) {
@@ -336,7 +351,7 @@ pub fn soak(
                 Err(e) => sum.failures.push(e),
             }
         } else {
-            let (ops, errors) = workload_round(l, &mut rng, &mut sum.failures);
+            let (ops, errors) = workload_round(l, &mut rng, config.max_ops, &mut sum.failures);
             sum.ops += ops;
             if faulty {
                 sum.errors_surfaced += errors;
@@ -364,7 +379,7 @@ pub fn soak(
             && round % config.quarantine_every == config.quarantine_every - 1
         {
             let sim = Arc::clone(&l.sim);
-            if quarantine_round(&sim, &mut sum.failures) {
+            if quarantine_round(&hostile, &sim, &mut sum.failures) {
                 sum.quarantines += 1;
             }
         }

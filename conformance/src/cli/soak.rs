@@ -23,6 +23,7 @@ flags:
   --seed N               seed of the round choices (default 1)
   --fault-every N        every N-th round runs with driver faults (default 5)
   --quarantine-every N   every N-th round quarantines a hostile plugin (default 7)
+  --max-ops N            the longest workload round (default 5000)
 
 exit status: 0 nothing crept, 1 something did, 2 a plugin cannot be loaded
 ",
@@ -35,6 +36,7 @@ fn run(mut a: Args) -> i32 {
         let seed = a.number::<u64>("--seed")?.unwrap_or(1);
         let fault_every = a.number::<u64>("--fault-every")?.unwrap_or(5);
         let quarantine_every = a.number::<u64>("--quarantine-every")?.unwrap_or(7);
+        let max_ops = a.number::<u64>("--max-ops")?.unwrap_or(5000).max(1);
         let mut plugins = Vec::new();
         while let Some(p) = a.positional() {
             plugins.push(p);
@@ -49,6 +51,7 @@ fn run(mut a: Args) -> i32 {
             seed,
             fault_every,
             quarantine_every,
+            max_ops,
         })
     })();
     let config = match parsed {
