@@ -61,7 +61,13 @@ fn run(mut a: Args) -> i32 {
             return EXIT_CANNOT_RUN;
         }
     };
+    let mut shown = 0;
     let summary = soak(&config, |s| {
+        // Each failure once, as it happens (the summary lists only the first twenty).
+        for f in s.failures.iter().skip(shown).take(3) {
+            eprintln!("emm soak: FAIL {f}");
+        }
+        shown = s.failures.len();
         eprintln!(
             "emm soak: {:>6} rounds {:>10} ops {:>6.1} min, {} failures",
             s.rounds,
