@@ -53,6 +53,34 @@ struct Long {
     baseline: Option<u64>,
     /// The most device memory seen in use after a reset.
     max_after_reset: u64,
+    /// Rounds run on this machine.
+    rounds: u64,
+}
+
+/// Rounds a machine serves before it is torn down (and checked to hold nothing) and replaced:
+/// the simulator never reuses an address, so a manager that allocates from the driver on
+/// every request (`default`) would use up its 16 TiB range after some thousand rounds.
+const ROUNDS_PER_MACHINE: u64 = 200;
+
+/// A fresh machine and context for `subject`.
+fn machine(subject: &Subject, seed: u64) -> Result<(Arc<SimDriver>, Context<SimDriver>), String> {
+    let sim = Arc::new(SimDriver::new(
+        SimConfig::new(seed)
+            .memory_per_device(8 * GIB)
+            .record_trace(false),
+    )?);
+    let ctx = Context::with_factory(Arc::clone(&sim), DeviceId(0), &*subject.factory)
+        .map_err(|e| format!("{}: {e}", subject.name))?;
+    Ok((sim, ctx))
+}
+
+/// Tears `ctx` down; what the machine still holds after is a failure.
+fn retire(name: &str, sim: &SimDriver, ctx: Context<SimDriver>, failures: &mut Vec<String>) {
+    drop(ctx);
+    let r = sim.report();
+    if !r.is_clean() {
+        failures.push(format!("{name}: after teardown:\n{r}"));
+    }
 }
 
 /// What a soak saw.
@@ -68,6 +96,8 @@ pub struct SoakSummary {
     pub errors_surfaced: u64,
     /// Hostile plugins quarantined.
     pub quarantines: u64,
+    /// Machines torn down (each checked to hold nothing) and replaced during the soak.
+    pub machines: u64,
     /// Per manager: (name, device memory held after reset at the first round, the most after
     /// any reset).
     pub held_after_reset: Vec<(String, u64, u64)>,
@@ -94,13 +124,14 @@ impl std::fmt::Display for SoakSummary {
         writeln!(
             f,
             "soak: {} rounds, {} ops in {:.1} min; {} rounds with driver faults ({} typed errors \
-             surfaced), {} plugins quarantined",
+             surfaced), {} plugins quarantined, {} machines torn down clean and replaced",
             self.rounds,
             self.ops,
             self.elapsed.as_secs_f64() / 60.0,
             self.fault_rounds,
             self.errors_surfaced,
-            self.quarantines
+            self.quarantines,
+            self.machines
         )?;
         writeln!(
             f,
@@ -149,7 +180,7 @@ fn workload_round(
     rng: &mut SplitMix64,
     max_ops: u64,
     failures: &mut Vec<String>,
-) -> (u64, u64) {
+) -> (u64, u64, Option<String>) {
     let w = match rng.below(3) {
         0 => workloads::w1(),
         1 => workloads::w2(),
@@ -158,6 +189,7 @@ fn workload_round(
     let n = usize::try_from(rng.range(100.min(max_ops), max_ops.max(1))).unwrap_or(100);
     let mut live: Vec<Option<(MemoryPointer, u8)>> = Vec::new();
     let (mut ops, mut errors) = (0u64, 0u64);
+    let mut first = None;
     let mut tag = 0u8;
     let check = |p: &MemoryPointer, v: u8| {
         let _h = CallerScope::enter(HARNESS);
@@ -176,8 +208,9 @@ fn workload_round(
                         let _ = l.sim.memcpy_htod(p.device_ptr(), &[tag], None);
                         live.push(Some((p, tag)));
                     }
-                    Err(_) => {
+                    Err(e) => {
                         errors += 1;
+                        first.get_or_insert_with(|| format!("{} op {}: {e}", w.name, ops - 1));
                         live.push(None);
                     }
                 }
@@ -205,7 +238,7 @@ fn workload_round(
             ));
         }
     }
-    (ops, errors)
+    (ops, errors, first)
 }
 
 /// A plugin that answers well for three allocations, then answers an overlap.
@@ -293,20 +326,15 @@ pub fn soak(
 ) -> Result<SoakSummary, String> {
     let start = Instant::now();
     let mut longs = Vec::new();
-    for s in &config.subjects {
-        let sim = Arc::new(SimDriver::new(
-            SimConfig::new(config.seed)
-                .memory_per_device(8 * GIB)
-                .record_trace(false),
-        )?);
-        let ctx = Context::with_factory(Arc::clone(&sim), DeviceId(0), &*s.factory)
-            .map_err(|e| format!("{}: {e}", s.name))?;
+    for subject in &config.subjects {
+        let (sim, ctx) = machine(subject, config.seed)?;
         longs.push(Long {
-            subject: s.clone(),
+            subject: subject.clone(),
             sim,
             ctx,
             baseline: None,
             max_after_reset: 0,
+            rounds: 0,
         });
     }
     if longs.is_empty() {
@@ -351,14 +379,16 @@ pub fn soak(
                 Err(e) => sum.failures.push(e),
             }
         } else {
-            let (ops, errors) = workload_round(l, &mut rng, config.max_ops, &mut sum.failures);
+            let (ops, errors, first) =
+                workload_round(l, &mut rng, config.max_ops, &mut sum.failures);
             sum.ops += ops;
             if faulty {
                 sum.errors_surfaced += errors;
             } else if errors > 0 {
                 sum.failures.push(format!(
-                    "{}: {errors} errors in a round without faults",
-                    l.subject.name
+                    "{}: round {round}: {errors} errors without faults, the first: {}",
+                    l.subject.name,
+                    first.unwrap_or_default()
                 ));
             }
         }
@@ -383,6 +413,14 @@ pub fn soak(
                 sum.quarantines += 1;
             }
         }
+        l.rounds += 1;
+        if l.rounds % ROUNDS_PER_MACHINE == 0 {
+            let (sim, ctx) = machine(&l.subject, config.seed.wrapping_add(round))?;
+            let old_ctx = std::mem::replace(&mut l.ctx, ctx);
+            let old_sim = std::mem::replace(&mut l.sim, sim);
+            retire(&l.subject.name, &old_sim, old_ctx, &mut sum.failures);
+            sum.machines += 1;
+        }
         if round == 0 {
             sum.rss_kib.0 = rss_kib();
         }
@@ -400,15 +438,7 @@ pub fn soak(
             l.baseline.unwrap_or(0),
             l.max_after_reset,
         ));
-        let Long {
-            sim, ctx, subject, ..
-        } = l;
-        drop(ctx);
-        let r = sim.report();
-        if !r.is_clean() {
-            sum.failures
-                .push(format!("{}: after teardown:\n{r}", subject.name));
-        }
+        retire(&l.subject.name, &l.sim, l.ctx, &mut sum.failures);
     }
     sum.rss_kib.1 = rss_kib();
     // Resident memory grows while caches warm (the first quarter); a leak keeps growing with

@@ -1,5 +1,5 @@
-//! Regression tests for the bugs the fault-injection sweep (`emm sweep`) and the concurrency
-//! stress (conformance/tests/stress.rs) found in emm-core.
+//! Regression tests for the bugs the fault-injection sweep (`emm sweep`), the concurrency
+//! stress (conformance/tests/stress.rs) and the soak (`emm soak`) found in emm-core.
 
 use std::sync::Arc;
 
@@ -70,4 +70,35 @@ fn async_memalloc_memory_is_ready_on_every_stream() {
     assert!(races.is_empty(), "{races:#?}");
     drop(ctx);
     g.stream_destroy(s).unwrap();
+}
+
+/// Found by the soak: when the driver said out of memory for a reason other than memory (the
+/// simulator's address range used up after hours; an injected fault here), the default
+/// manager reported "out of memory: requested 317.6 KiB, 8.0 GiB free" and dropped the
+/// driver's reason. With the bytes free, the driver's error is returned as it is (still
+/// `is_out_of_memory`); a real shortage keeps the manager's message with what is free.
+#[test]
+fn an_out_of_memory_with_memory_free_keeps_the_drivers_reason() {
+    let g = Arc::new(SimDriver::new(SimConfig::new(4).memory_per_device(GIB)).unwrap());
+    let ctx = Context::with_factory(
+        g.clone(),
+        DeviceId(0),
+        &*emm_core::managers::DefaultManager::factory(),
+    )
+    .unwrap();
+    // Every cuMemAlloc fails (the manager retries after flushing its pending frees).
+    g.inject(Fault::Random {
+        calls: vec![CallKind::MemAlloc],
+        per_million: 1_000_000,
+        code: CudaCode::OUT_OF_MEMORY,
+    });
+    let e = ctx.memalloc(4096).expect_err("every cuMemAlloc fails");
+    assert!(e.is_out_of_memory(), "{e}");
+    assert!(e.to_string().contains("injected"), "{e}");
+    g.clear_faults();
+    // A real shortage: the manager's message, with what is free.
+    let e = ctx
+        .memalloc(2 * GIB as usize)
+        .expect_err("more than the device");
+    assert!(matches!(e, EmmError::OutOfMemory { .. }), "{e}");
 }
