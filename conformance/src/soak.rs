@@ -315,7 +315,7 @@ fn quarantine_round(
     quarantined
 }
 
-/// Runs the soak; `progress` hears of every 100th round.
+/// Runs the soak; `progress` hears of every 1000th round.
 ///
 /// # Errors
 ///
@@ -427,7 +427,7 @@ pub fn soak(
         if sum.rss_warm_kib == 0 && start.elapsed() >= config.duration / 4 {
             sum.rss_warm_kib = rss_kib();
         }
-        if sum.rounds % 100 == 0 {
+        if sum.rounds % 1000 == 0 {
             sum.elapsed = start.elapsed();
             progress(&sum);
         }

@@ -1,5 +1,6 @@
 //! `emm soak`: the soak ([`crate::soak`]) for a set number of minutes.
 
+use std::io::Write as _;
 use std::time::Duration;
 
 use super::{Args, Command, EXIT_CANNOT_RUN, EXIT_FAIL, EXIT_PASS};
@@ -64,11 +65,14 @@ fn run(mut a: Args) -> i32 {
     let mut shown = 0;
     let summary = soak(&config, |s| {
         // Each failure once, as it happens (the summary lists only the first twenty).
+        // Progress must not end a long soak when stderr cannot be written (a full disk).
+        let mut err = std::io::stderr().lock();
         for f in s.failures.iter().skip(shown).take(3) {
-            eprintln!("emm soak: FAIL {f}");
+            let _ = writeln!(err, "emm soak: FAIL {f}");
         }
         shown = s.failures.len();
-        eprintln!(
+        let _ = writeln!(
+            err,
             "emm soak: {:>6} rounds {:>10} ops {:>6.1} min, {} failures",
             s.rounds,
             s.ops,
