@@ -78,11 +78,22 @@ pub fn has_cargo_fuzz() -> bool {
         .is_ok_and(|s| s.success())
 }
 
-/// One libFuzzer run of `target` over its corpus, with `flags` for libFuzzer.
-fn fuzz_run(target: &str, flags: &[String]) -> Command {
+/// One libFuzzer run of `target` over its corpus, with `flags` for libFuzzer; new inputs go
+/// to `scratch` when given (libFuzzer writes to the first corpus directory), else to the
+/// committed corpus.
+fn fuzz_run(target: &str, flags: &[String], scratch: Option<&std::path::Path>) -> Command {
     let mut cmd = Command::new("cargo");
+    // Sanitizer flags change every crate's build: keep it apart from the stable build's
+    // artifacts (cargo-fuzz's own default is fuzz/target).
+    if let Some(dir) = std::env::var_os("CARGO_TARGET_DIR") {
+        cmd.env("CARGO_TARGET_DIR", std::path::Path::new(&dir).join("fuzz"));
+    }
     let corpus = format!("fuzz/corpus/{target}");
-    cmd.args(["+nightly", "fuzz", "run", "-O", target, &corpus, "--"]);
+    cmd.args(["+nightly", "fuzz", "run", "-O", target]);
+    if let Some(dir) = scratch {
+        cmd.arg(dir);
+    }
+    cmd.args([corpus.as_str(), "--"]);
     cmd.args(flags);
     cmd
 }
@@ -128,7 +139,7 @@ pub fn fuzz(args: &[OsString]) -> Result<(), Failure> {
     };
     let flags = vec![format!("-max_total_time={}", seconds.round())];
     for t in targets {
-        run(&format!("fuzz {t}"), fuzz_run(t, &flags))?;
+        run(&format!("fuzz {t}"), fuzz_run(t, &flags, None))?;
     }
     Ok(())
 }
@@ -145,7 +156,18 @@ pub fn fuzz_smoke() -> Result<(), Failure> {
     }
     let flags = vec!["-max_total_time=3".to_owned()];
     for t in FUZZ_TARGETS {
-        run(&format!("fuzz smoke {t}"), fuzz_run(t, &flags))?;
+        // New inputs of a smoke run are thrown away: the committed corpora stay as they are.
+        let scratch = std::env::temp_dir().join(format!("emm-fuzz-smoke-{t}"));
+        std::fs::create_dir_all(&scratch).map_err(|e| Failure {
+            step: format!("fuzz smoke {t}"),
+            reason: format!("cannot create {}: {e}", scratch.display()),
+        })?;
+        let r = run(
+            &format!("fuzz smoke {t}"),
+            fuzz_run(t, &flags, Some(&scratch)),
+        );
+        let _ = std::fs::remove_dir_all(&scratch);
+        r?;
     }
     Ok(())
 }
