@@ -11,17 +11,24 @@
 //! every `quarantine_every`-th round loads a hostile plugin beside the managers, lets it break
 //! a rule until it is quarantined, and checks that its good allocations survive and its
 //! memory comes back.
+//!
+//! - `quarantine`: the hostile plugin and its round.
+//! - `summary`: [`SoakSummary`] and its printed form.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use emm_core::attribution::CallerScope;
 use emm_core::contract::{Context, MemoryPointer};
-use emm_core::mr::{CudaResource, DeviceMemoryResource};
 use emm_core::workloads::{self, Op as WorkOp, SplitMix64};
-use emm_core::{CudaCode, DeviceId, Driver, StreamId};
-use emm_sandbox::{PluginLimits, PluginModule, PluginResource};
+use emm_core::{CudaCode, DeviceId, Driver};
 use emm_sim::{CallKind, Fault, SimConfig, SimDriver, GIB};
+
+mod quarantine;
+mod summary;
+
+use quarantine::{hostile, quarantine_round};
+pub use summary::SoakSummary;
 
 use crate::stress::{self, StressConfig};
 use crate::sut::HARNESS;
@@ -80,75 +87,6 @@ fn retire(name: &str, sim: &SimDriver, ctx: Context<SimDriver>, failures: &mut V
     let r = sim.report();
     if !r.is_clean() {
         failures.push(format!("{name}: after teardown:\n{r}"));
-    }
-}
-
-/// What a soak saw.
-#[derive(Debug, Clone, Default)]
-pub struct SoakSummary {
-    /// Rounds run.
-    pub rounds: u64,
-    /// Manager operations run.
-    pub ops: u64,
-    /// Rounds with random driver failures.
-    pub fault_rounds: u64,
-    /// Errors the managers returned in those rounds (each a typed error).
-    pub errors_surfaced: u64,
-    /// Hostile plugins quarantined.
-    pub quarantines: u64,
-    /// Machines torn down (each checked to hold nothing) and replaced during the soak.
-    pub machines: u64,
-    /// Per manager: (name, device memory held after reset at the first round, the most after
-    /// any reset).
-    pub held_after_reset: Vec<(String, u64, u64)>,
-    /// Resident memory of this process after the first round and at the end, in KiB.
-    pub rss_kib: (u64, u64),
-    /// Resident memory in KiB when a quarter of the time had passed: the level after warm-up
-    /// that the end is compared with.
-    pub rss_warm_kib: u64,
-    /// What broke, if anything.
-    pub failures: Vec<String>,
-    /// How long it ran.
-    pub elapsed: Duration,
-}
-
-impl SoakSummary {
-    /// Whether nothing crept and nothing broke.
-    pub fn passed(&self) -> bool {
-        self.failures.is_empty()
-    }
-}
-
-impl std::fmt::Display for SoakSummary {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        writeln!(
-            f,
-            "soak: {} rounds, {} ops in {:.1} min; {} rounds with driver faults ({} typed errors \
-             surfaced), {} plugins quarantined, {} machines torn down clean and replaced",
-            self.rounds,
-            self.ops,
-            self.elapsed.as_secs_f64() / 60.0,
-            self.fault_rounds,
-            self.errors_surfaced,
-            self.quarantines,
-            self.machines
-        )?;
-        writeln!(
-            f,
-            "  resident memory: {} KiB after the first round, {} KiB a quarter in, {} KiB at the end",
-            self.rss_kib.0, self.rss_warm_kib, self.rss_kib.1
-        )?;
-        for (name, first, max) in &self.held_after_reset {
-            writeln!(
-                f,
-                "  {name:<28} held after reset: first {first} B, max {max} B"
-            )?;
-        }
-        writeln!(f, "  failures: {}", self.failures.len())?;
-        for x in self.failures.iter().take(20) {
-            writeln!(f, "  FAIL {x}")?;
-        }
-        Ok(())
     }
 }
 
@@ -239,80 +177,6 @@ fn workload_round(
         }
     }
     (ops, errors, first)
-}
-
-/// A plugin that answers well for three allocations, then answers an overlap.
-const HOSTILE: &str = r#"(module
-  (import "emm" "upstream_alloc" (func $up (param i64 i64) (result i32)))
-  (memory (export "memory") 1)
-  (global $chunk (mut i32) (i32.const 0))
-  (global $n (mut i64) (i64.const 0))
-  (func (export "emm_abi_version") (result i32) (i32.const 1))
-  (func (export "emm_buffer") (param i32) (result i32) (i32.const 1024))
-  (func (export "emm_init") (param i32 i32) (result i32) (i32.const 0))
-  (func (export "emm_alloc") (param i64 i64 i64) (result i64)
-    (if (i32.eqz (global.get $chunk)) (then (global.set $chunk (call $up (i64.const 1048576) (i64.const 256)))))
-    (global.set $n (i64.add (global.get $n) (i64.const 1)))
-    (i64.or (i64.shl (i64.extend_i32_u (global.get $chunk)) (i64.const 40))
-            (i64.mul (i64.rem_u (global.get $n) (i64.const 4)) (i64.const 4096))))
-  (func (export "emm_free") (param i32 i64 i64 i64) (result i32) (i32.const 0)))"#;
-
-/// [`HOSTILE`], compiled once per soak.
-fn hostile() -> Result<Arc<PluginModule>, String> {
-    let limits = PluginLimits::default().deadline(None);
-    PluginModule::from_bytes("hostile", HOSTILE.as_bytes(), limits, Vec::new())
-        .map(Arc::new)
-        .map_err(|e| format!("the hostile plugin does not load: {e}"))
-}
-
-/// Runs [`HOSTILE`] on `sim`, allocates until it is quarantined; checks the good
-/// allocations survive and the device memory comes back once they are freed.
-fn quarantine_round(
-    module: &Arc<PluginModule>,
-    sim: &Arc<SimDriver>,
-    failures: &mut Vec<String>,
-) -> bool {
-    let before = sim.device_memory_used(DeviceId(0));
-    let module = Arc::clone(module);
-    let upstream: Arc<dyn DeviceMemoryResource> =
-        Arc::new(CudaResource::<SimDriver>::new(Arc::clone(sim)));
-    let r = PluginResource::new(module, upstream);
-    let s = StreamId::DEFAULT;
-    let mut good = Vec::new();
-    let _h = CallerScope::enter(HARNESS);
-    for i in 0..8u8 {
-        match r.allocate(4096, s) {
-            Ok(p) => {
-                let _ = sim.memcpy_htod(p, &[i | 0x80; 4096], None);
-                good.push((p, i | 0x80));
-            }
-            Err(_) => break,
-        }
-    }
-    let quarantined = r.quarantined().is_some();
-    if !quarantined {
-        failures.push("the hostile plugin answered an overlap and was not quarantined".into());
-    }
-    for (p, v) in good {
-        let mut back = vec![0u8; 4096];
-        if sim.memcpy_dtoh(&mut back, p, None).is_err() || back.iter().any(|&b| b != v) {
-            failures.push(format!(
-                "a quarantined plugin's allocation at {p} lost its contents"
-            ));
-        }
-        if let Err(e) = r.deallocate(p, 4096, s) {
-            failures.push(format!("freeing a quarantined plugin's allocation: {e}"));
-        }
-    }
-    drop(r);
-    let after = sim.device_memory_used(DeviceId(0));
-    if after != before {
-        failures.push(format!(
-            "a quarantined plugin kept {} bytes",
-            after.saturating_sub(before)
-        ));
-    }
-    quarantined
 }
 
 /// Runs the soak; `progress` hears of every 1000th round.
