@@ -14,6 +14,23 @@ pub const FUZZ_TARGETS: [&str; 4] = [
     "plugin_answers",
 ];
 
+/// The C ABI's target, in its own fuzz directory (`fuzz/capi`, which needs `capi/`).
+pub const CAPI_TARGET: &str = "capi_abi";
+
+/// The targets that can run here: all of [`FUZZ_TARGETS`], and [`CAPI_TARGET`] when the
+/// workspace has `capi/`.
+fn runnable() -> Vec<&'static str> {
+    let mut v = FUZZ_TARGETS.to_vec();
+    if super::workspace_root()
+        .join("capi")
+        .join("Cargo.toml")
+        .is_file()
+    {
+        v.push(CAPI_TARGET);
+    }
+    v
+}
+
 /// The example plugins, as `cargo xtask wasm` leaves them.
 const WASM: [&str; 3] = [
     "target/wasm/first_fit.wasm",
@@ -88,8 +105,12 @@ fn fuzz_run(target: &str, flags: &[String], scratch: Option<&std::path::Path>) -
     if let Some(dir) = std::env::var_os("CARGO_TARGET_DIR") {
         cmd.env("CARGO_TARGET_DIR", std::path::Path::new(&dir).join("fuzz"));
     }
-    let corpus = format!("fuzz/corpus/{target}");
-    cmd.args(["+nightly", "fuzz", "run", "-O", target]);
+    let (dir, corpus) = if target == CAPI_TARGET {
+        ("fuzz/capi", format!("fuzz/capi/corpus/{target}"))
+    } else {
+        ("fuzz", format!("fuzz/corpus/{target}"))
+    };
+    cmd.args(["+nightly", "fuzz", "run", "--fuzz-dir", dir, "-O", target]);
     if let Some(dir) = scratch {
         cmd.arg(dir);
     }
@@ -124,16 +145,17 @@ pub fn fuzz(args: &[OsString]) -> Result<(), Failure> {
         }
         v
     };
+    let all = runnable();
     for t in &named {
-        if !FUZZ_TARGETS.contains(&t.as_str()) {
+        if !all.contains(&t.as_str()) {
             return Err(usage(format!(
-                "no fuzz target {t:?}; the targets: {}",
-                FUZZ_TARGETS.join(", ")
+                "no fuzz target {t:?} here; the targets: {}",
+                all.join(", ")
             )));
         }
     }
     let targets: Vec<&str> = if named.is_empty() {
-        FUZZ_TARGETS.to_vec()
+        all
     } else {
         named.iter().map(String::as_str).collect()
     };
@@ -155,7 +177,7 @@ pub fn fuzz_smoke() -> Result<(), Failure> {
         return Ok(());
     }
     let flags = vec!["-max_total_time=3".to_owned()];
-    for t in FUZZ_TARGETS {
+    for t in runnable() {
         // New inputs of a smoke run are thrown away: the committed corpora stay as they are.
         let scratch = std::env::temp_dir().join(format!("emm-fuzz-smoke-{t}"));
         std::fs::create_dir_all(&scratch).map_err(|e| Failure {
