@@ -585,12 +585,14 @@ impl State {
         }
         match self.containing(addr) {
             Some((base, a)) if a.process == p && matches!(a.kind, Kind::Pageable) => {
-                if addr + size > base + a.size {
+                // Without wrapping for an absurd `size` (as in `resolve`).
+                let room = (base + a.size).saturating_sub(addr);
+                if size > room {
                     return Err(self.err(
                         CudaCode::INVALID_VALUE,
                         format!(
                             "range {addr:#x}+{size} runs {} bytes past its host allocation",
-                            addr + size - base - a.size
+                            size - room
                         ),
                     ));
                 }
@@ -665,11 +667,14 @@ impl State {
     fn host_mapped(&self, alloc: &Alloc, addr: u64, len: u64) -> bool {
         match alloc.kind {
             Kind::Pinned { flags } => flags.mapped,
-            Kind::Pageable => self
-                .registrations
-                .range(..=addr)
-                .next_back()
-                .is_some_and(|(s, r)| r.mapped && addr + len <= s + r.size),
+            Kind::Pageable => {
+                self.registrations
+                    .range(..=addr)
+                    .next_back()
+                    .is_some_and(|(s, r)| {
+                        r.mapped && addr.checked_add(len).is_some_and(|e| e <= s + r.size)
+                    })
+            }
             _ => false,
         }
     }
@@ -754,10 +759,13 @@ impl State {
                 format!("{addr:#x} is not inside any live allocation"),
             ));
         };
-        if addr + len > base + a.size {
+        // `addr` is inside the allocation, so `room` is exact; `addr + len` could wrap for an
+        // absurd `len` and pass (found by fuzz/fuzz_targets/sim_driver_ops.rs).
+        let room = (base + a.size).saturating_sub(addr);
+        if len > room {
             let msg = format!(
                 "{len} bytes at {addr:#x} run {} bytes past the end of {} ({} bytes at {base:#x})",
-                addr + len - base - a.size,
+                len - room,
                 a.kind.describe(),
                 a.size
             );

@@ -28,6 +28,9 @@
 //! - [`cli`]: the `emm` command-line tool's subcommands.
 //! - [`verdict`]: a run's verdict as a record of the gate's store ([`emm_sandbox::gate`]).
 //! - [`charts`]: SVG charts of benchmark results (plotters).
+//! - [`sweep`]: the fault-injection sweep (`emm sweep`).
+//! - [`stress`]: concurrency stress with seeded op lists and a replayable order.
+//! - [`soak`]: random workloads for a set time with faults and quarantines (`emm soak`).
 
 pub mod assertions;
 pub mod backend;
@@ -41,8 +44,11 @@ pub mod replay;
 pub mod report;
 pub mod runner;
 pub mod sim_backend;
+pub mod soak;
 pub mod strategy;
+pub mod stress;
 pub mod sut;
+pub mod sweep;
 pub mod transition;
 pub mod verdict;
 

@@ -8,6 +8,7 @@
 //! - `bench`: the benchmarks.
 //! - `hardware [--bundle-only] [--plugin PATH]...`: the GPU bundle (see [`hardware`]), run here
 //!   if there is a GPU.
+//! - `soak --minutes N`, `fuzz [--seconds N] [target...]`: see [`reliability`].
 //! - `help`: the usage text.
 //!
 //! Progress lines (`==> step`) and errors go to stderr, so a command's own output on stdout stays
@@ -20,6 +21,7 @@ use std::path::PathBuf;
 use std::process::{Command, ExitCode, Stdio};
 
 mod hardware;
+mod reliability;
 
 /// The usage text for `help`, no arguments, or a bad command line.
 const USAGE: &str = "\
@@ -42,6 +44,12 @@ commands:
                    every plugin on the simulator first, then on the GPU only if it passed
                    there (through the gate), the gate's own checks, the workloads beside
                    the peers, report.md
+  soak [--minutes N]
+                   build a release emm and the plugins, then `emm soak` for N minutes
+                   (default 30): random workloads, driver faults, plugin quarantines
+  fuzz [--seconds N] [target...]
+                   run the cargo-fuzz targets of fuzz/ (default: all, 600 s each, one at
+                   a time; needs nightly and cargo-fuzz)
   help             print this text";
 
 /// The rustup targets `test` installs: the sandbox's plugin ABI and WASI builds.
@@ -87,6 +95,8 @@ fn main() -> ExitCode {
             "wasm" => no_args("wasm", &rest).unwrap_or_else(|| result(wasm())),
             "demo" => result(demo(&rest)),
             "bench" => no_args("bench", &rest).unwrap_or_else(|| result(bench())),
+            "soak" => result(reliability::soak(&rest)),
+            "fuzz" => result(reliability::fuzz(&rest)),
             "hardware" => match hardware::parse(&rest) {
                 Ok(args) => result(hardware::hardware(&args)),
                 Err(e) => Outcome::Usage(e),
@@ -147,10 +157,11 @@ fn test() -> Result<(), Failure> {
     if has_nextest() {
         run("test", cargo(["nextest", "run", "--workspace"]))?;
         // nextest does not run doctests.
-        run("doctest", cargo(["test", "--workspace", "--doc"]))
+        run("doctest", cargo(["test", "--workspace", "--doc"]))?;
     } else {
-        run("test", cargo(["test", "--workspace"]))
+        run("test", cargo(["test", "--workspace"]))?;
     }
+    reliability::fuzz_smoke()
 }
 
 /// The plugin crates `wasm` builds: (package, the `.wasm` file it makes).

@@ -13,6 +13,8 @@
 //! - [`bench`]: `emm bench`; [`bench_threads`] its many-threads mode, [`bench_report`] its
 //!   `--report` folder (extra measurements in [`bench_measure`], the peers' figures in
 //!   [`bench_peers`], JSON, markdown and SVG charts).
+//! - [`sweep`]: `emm sweep`.
+//! - [`soak`]: `emm soak`.
 
 pub mod args;
 pub mod bench;
@@ -25,6 +27,8 @@ pub mod check;
 pub mod list;
 pub mod progress;
 pub mod replay;
+pub mod soak;
+pub mod sweep;
 
 use std::sync::Arc;
 
@@ -62,6 +66,8 @@ pub const COMMANDS: &[Command] = &[
     list::COMMAND,
     replay::COMMAND,
     bench::COMMAND,
+    sweep::COMMAND,
+    soak::COMMAND,
 ];
 
 /// Runs `emm` with `argv` (without the program name); returns the exit status.

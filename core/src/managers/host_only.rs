@@ -77,6 +77,8 @@ pub struct HostOnlyManager<R: DeviceMemoryResource, D: Driver + ?Sized = dyn Dri
     on_defer_cleanup: Option<DeferHook>,
     /// Why the device memory cannot be exported over IPC, when it cannot.
     no_ipc: Option<&'static str>,
+    /// The resource's allocations are stream-ordered: `memalloc` waits for its allocation.
+    sync_memalloc: bool,
 }
 
 impl<R: DeviceMemoryResource + 'static, D: Driver + ?Sized> HostOnlyManager<R, D> {
@@ -108,6 +110,7 @@ impl<R: DeviceMemoryResource + 'static, D: Driver + ?Sized> HostOnlyManager<R, D
             on_reset: None,
             on_defer_cleanup: None,
             no_ipc: None,
+            sync_memalloc: false,
         }
     }
 
@@ -135,6 +138,16 @@ impl<R: DeviceMemoryResource + 'static, D: Driver + ?Sized> HostOnlyManager<R, D
     /// [`EmmError::Unsupported`] and `capabilities().ipc` is false.
     pub fn without_ipc(mut self, why: &'static str) -> Self {
         self.no_ipc = Some(why);
+        self
+    }
+
+    /// Declares that the resource's allocations are stream-ordered (`cuMemAllocAsync`): the
+    /// memory is ready only in the order of the stream it was allocated on. `memalloc`, whose
+    /// memory every stream may use at once, then synchronizes the legacy default stream it
+    /// allocated on before handing the memory out (one `cuStreamSynchronize` per call;
+    /// `memalloc_async` is unaffected).
+    pub fn with_synchronous_memalloc(mut self) -> Self {
+        self.sync_memalloc = true;
         self
     }
 
@@ -219,7 +232,16 @@ impl<R: DeviceMemoryResource + 'static, D: Driver + ?Sized> MemoryManager
     }
 
     fn memalloc(&self, size: usize) -> EmmResult<MemoryPointer> {
-        self.allocate("memalloc", size, StreamId::DEFAULT, false)
+        let p = self.allocate("memalloc", size, StreamId::DEFAULT, false)?;
+        if self.sync_memalloc {
+            // Found by the concurrency stress (conformance/tests/stress.rs): without this, a
+            // non-blocking stream using the memory raced with its cuMemAllocAsync on the
+            // legacy default stream, which orders nothing with non-blocking streams. On
+            // failure `p` is dropped, which frees it.
+            let _scope = CallerScope::enter(Self::TAG);
+            self.host.driver.stream_synchronize(StreamId::DEFAULT)?;
+        }
+        Ok(p)
     }
 
     fn memhostalloc(
@@ -248,6 +270,13 @@ impl<R: DeviceMemoryResource + 'static, D: Driver + ?Sized> MemoryManager
 
     fn get_memory_info(&self) -> EmmResult<MemoryInfo> {
         let r = &self.device.resource;
+        if let Some(info) = r.memory_info() {
+            return Ok(info.into());
+        }
+        // `None` is also what a driver-backed resource says when cuMemGetInfo fails: ask the
+        // driver, so that its failure is reported as what it is and not as "unsupported"
+        // (found by the fault sweep; regression test in core/tests/reliability.rs).
+        r.driver().mem_get_info()?;
         r.memory_info().map(MemoryInfo::from).ok_or_else(|| {
             EmmError::unsupported(
                 Self::TAG,

@@ -74,10 +74,12 @@ impl ManagerFactory for ResourceManagerFactory {
         let manager = HostOnlyManager::new(Arc::clone(&t.driver), t.context, resource)
             .with_reset_hook(move || on_reset.release().map(|_| ()).map_err(Into::into));
         Ok(Box::new(match self.name.as_str() {
-            "async" => manager.without_ipc(
-                "memory from the driver's stream-ordered pool cannot be exported with \
-                 cuIpcGetMemHandle; use the pool manager for memory shared between processes",
-            ),
+            "async" => manager
+                .without_ipc(
+                    "memory from the driver's stream-ordered pool cannot be exported with \
+                     cuIpcGetMemHandle; use the pool manager for memory shared between processes",
+                )
+                .with_synchronous_memalloc(),
             "pool-vmm" => manager.without_ipc(
                 "memory mapped with cuMemMap cannot be exported with cuIpcGetMemHandle; use \
                  the pool manager (cuMemAlloc chunks) for memory shared between processes",
