@@ -290,11 +290,9 @@ impl CudaDriver {
     /// that exceeds the device's free memory plus what `pool` holds unused. On an H200 a
     /// refused near-total `cuMemAllocAsync` was followed by a sticky
     /// `CUDA_ERROR_ILLEGAL_ADDRESS` on the next copy of managed memory; the check keeps such
-    /// requests away from the driver's failure path. Small requests skip it (one branch).
+    /// requests away from the driver's failure path. Callers ask only for requests of at least
+    /// [`LARGE_REQUEST`], so small ones cost one branch and no driver call.
     fn refuse_beyond_reach(&self, call: &'static str, size: usize, pool: u64) -> DriverResult<()> {
-        if (size as u64) < LARGE_REQUEST {
-            return Ok(());
-        }
         use sys::CUmemPool_attribute as A;
         let p = pool as sys::CUmemoryPool;
         let idle = mem::pool_get_u64(p, A::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)?
@@ -489,8 +487,10 @@ impl Driver for CudaDriver {
         }
         let raw = self.stream(s)?;
         self.ensure_context()?;
-        let pool = self.dev(DeviceId(self.current_device()?))?.default_pool;
-        self.refuse_beyond_reach("cuMemAllocAsync", size, pool)?;
+        if size as u64 >= LARGE_REQUEST {
+            let pool = self.dev(DeviceId(self.current_device()?))?.default_pool;
+            self.refuse_beyond_reach("cuMemAllocAsync", size, pool)?;
+        }
         let p = mem::alloc_async(size, raw)?;
         self.lock().device.insert(p, size);
         Ok(DevicePtr(p))
@@ -507,7 +507,9 @@ impl Driver for CudaDriver {
         }
         let (raw, p) = (self.stream(s)?, self.pool(pool)?);
         self.ensure_context()?;
-        self.refuse_beyond_reach("cuMemAllocFromPoolAsync", size, p as u64)?;
+        if size as u64 >= LARGE_REQUEST {
+            self.refuse_beyond_reach("cuMemAllocFromPoolAsync", size, p as u64)?;
+        }
         let ptr = mem::alloc_from_pool_async(size, p, raw)?;
         self.lock().device.insert(ptr, size);
         Ok(DevicePtr(ptr))
