@@ -292,11 +292,14 @@ impl CudaDriver {
     /// `CUDA_ERROR_ILLEGAL_ADDRESS` on the next copy of managed memory; the check keeps such
     /// requests away from the driver's failure path. Callers ask only for requests of at least
     /// [`LARGE_REQUEST`], so small ones cost one branch and no driver call.
-    fn refuse_beyond_reach(&self, call: &'static str, size: usize, pool: u64) -> DriverResult<()> {
-        use sys::CUmemPool_attribute as A;
-        let p = pool as sys::CUmemoryPool;
-        let idle = mem::pool_get_u64(p, A::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)?
-            .saturating_sub(mem::pool_get_u64(p, A::CU_MEMPOOL_ATTR_USED_MEM_CURRENT)?);
+    fn refuse_beyond_reach(
+        &self,
+        call: &'static str,
+        size: usize,
+        pool: MemPoolId,
+    ) -> DriverResult<()> {
+        let usage = self.mem_pool_usage(pool)?;
+        let idle = usage.reserved.saturating_sub(usage.used);
         let (free, _) = mem::get_info()?;
         let reach = (free as u64).saturating_add(idle);
         if size as u64 > reach {
@@ -489,7 +492,7 @@ impl Driver for CudaDriver {
         self.ensure_context()?;
         if size as u64 >= LARGE_REQUEST {
             let pool = self.dev(DeviceId(self.current_device()?))?.default_pool;
-            self.refuse_beyond_reach("cuMemAllocAsync", size, pool)?;
+            self.refuse_beyond_reach("cuMemAllocAsync", size, MemPoolId(pool))?;
         }
         let p = mem::alloc_async(size, raw)?;
         self.lock().device.insert(p, size);
@@ -508,7 +511,7 @@ impl Driver for CudaDriver {
         let (raw, p) = (self.stream(s)?, self.pool(pool)?);
         self.ensure_context()?;
         if size as u64 >= LARGE_REQUEST {
-            self.refuse_beyond_reach("cuMemAllocFromPoolAsync", size, p as u64)?;
+            self.refuse_beyond_reach("cuMemAllocFromPoolAsync", size, pool)?;
         }
         let ptr = mem::alloc_from_pool_async(size, p, raw)?;
         self.lock().device.insert(ptr, size);
