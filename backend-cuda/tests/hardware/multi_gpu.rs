@@ -44,7 +44,9 @@ fn allocations_land_on_their_device(d: Arc<dyn Driver>) {
         d.primary_context(DeviceId(0)).unwrap(),
         d.primary_context(DeviceId(1)).unwrap(),
     );
-    for name in ["pool", "sharded", "arena", "binning"] {
+    for name in [
+        "pool", "pool-vmm", "sharded", "arena", "binning", "async", "cuda",
+    ] {
         d.set_current_context(c1).unwrap();
         let r = named::build(name, Arc::clone(&d)).unwrap();
         d.set_current_context(c0).unwrap();

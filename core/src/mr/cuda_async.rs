@@ -19,8 +19,9 @@
 use std::sync::Arc;
 
 use crate::attribution::CallerScope;
-use crate::driver::{DevicePtr, Driver, MemInfo, MemPoolId, MemPoolUsage, StreamId};
+use crate::driver::{ContextId, DevicePtr, Driver, MemInfo, MemPoolId, MemPoolUsage, StreamId};
 use crate::mr::cuda::{driver_bad_free, driver_oom};
+use crate::mr::detail::context_scope::ContextScope;
 use crate::mr::{assert_resource, DeviceMemoryResource, MrResult};
 
 const NAME: &str = "AsyncResource";
@@ -31,6 +32,10 @@ pub struct AsyncResource<D: Driver> {
     pool: MemPoolId,
     /// Whether the resource created the pool (and so destroys it).
     owned: bool,
+    /// The context current when the resource was built, made current around each call: the
+    /// default stream is the current context's, and a stream on device 0 cannot take memory
+    /// from device 1's pool (rmm#1405).
+    context: Option<ContextId>,
 }
 
 impl<D: Driver> AsyncResource<D> {
@@ -43,13 +48,15 @@ impl<D: Driver> AsyncResource<D> {
     pub fn new(driver: impl Into<Arc<D>>) -> MrResult<Self> {
         let driver: Arc<D> = driver.into();
         let _scope = CallerScope::enter(NAME);
-        let device = driver.context_device(driver.current_context()?)?;
+        let context = driver.current_context()?;
+        let device = driver.context_device(context)?;
         let total = driver.device_properties(device)?.total_memory;
         let pool = driver.mem_pool_create(device)?;
         let r = AsyncResource {
             driver,
             pool,
             owned: true,
+            context: Some(context),
         };
         r.driver.mem_pool_set_release_threshold(pool, total)?;
         Ok(r)
@@ -64,13 +71,20 @@ impl<D: Driver> AsyncResource<D> {
     pub fn from_default_pool(driver: impl Into<Arc<D>>) -> MrResult<Self> {
         let driver: Arc<D> = driver.into();
         let _scope = CallerScope::enter(NAME);
-        let device = driver.context_device(driver.current_context()?)?;
+        let context = driver.current_context()?;
+        let device = driver.context_device(context)?;
         let pool = driver.device_default_mem_pool(device)?;
         Ok(AsyncResource {
             driver,
             pool,
             owned: false,
+            context: Some(context),
         })
+    }
+
+    /// The context the resource allocates in.
+    pub fn context(&self) -> Option<ContextId> {
+        self.context
     }
 
     /// The driver pool allocations come from.
@@ -126,12 +140,13 @@ impl<D: Driver> DeviceMemoryResource for AsyncResource<D> {
 
     /// # Time complexity
     ///
-    /// One driver call.
+    /// One driver call, and `cuCtxGetCurrent` (two more when another context is current).
     fn allocate(&self, bytes: usize, stream: StreamId) -> MrResult<DevicePtr> {
         if bytes == 0 {
             return Ok(DevicePtr::NULL);
         }
         let _scope = CallerScope::enter(NAME);
+        let _ctx = ContextScope::enter(&*self.driver, self.context);
         self.driver
             .mem_alloc_from_pool_async(bytes, self.pool, stream)
             .map_err(|e| driver_oom(&*self.driver, NAME, bytes, e))
@@ -139,18 +154,20 @@ impl<D: Driver> DeviceMemoryResource for AsyncResource<D> {
 
     /// # Time complexity
     ///
-    /// One driver call.
+    /// One driver call, and `cuCtxGetCurrent` (two more when another context is current).
     fn deallocate(&self, ptr: DevicePtr, bytes: usize, stream: StreamId) -> MrResult<()> {
         if ptr == DevicePtr::NULL && bytes == 0 {
             return Ok(());
         }
         let _scope = CallerScope::enter(NAME);
+        let _ctx = ContextScope::enter(&*self.driver, self.context);
         self.driver
             .mem_free_async(ptr, stream)
             .map_err(|e| driver_bad_free(NAME, ptr, bytes, e))
     }
 
     fn memory_info(&self) -> Option<MemInfo> {
+        let _ctx = ContextScope::enter(&*self.driver, self.context);
         let info = self.driver.mem_get_info().ok()?;
         // Memory the pool holds but has not handed out is free to this resource too.
         let idle = self
@@ -167,6 +184,7 @@ impl<D: Driver> DeviceMemoryResource for AsyncResource<D> {
     fn release(&self) -> MrResult<u64> {
         let before = self.usage()?.reserved;
         let _scope = CallerScope::enter(NAME);
+        let _ctx = ContextScope::enter(&*self.driver, self.context);
         self.driver.context_synchronize()?;
         self.trim_to(0)?;
         Ok(before.saturating_sub(self.usage()?.reserved))
