@@ -42,7 +42,7 @@ fi
 
 if part multigpu; then
 echo "==> multi-GPU tests (skipped cleanly with one GPU)"
-"$HERE/bin/emm-cuda-hardware" --test-threads=1 multi_gpu > "$RESULTS/multi-gpu-tests.log" 2>&1
+"$HERE/bin/emm-cuda-hardware" --test-threads=1 --nocapture multi_gpu > "$RESULTS/multi-gpu-tests.log" 2>&1
 echo "multi_gpu_tests_exit: $?" >> "$RESULTS/env.txt"
 grep -E "test result|skipped|IPC across" "$RESULTS/multi-gpu-tests.log"
 fi

@@ -161,6 +161,10 @@ fn multi_gpu_ipc_from_device_0_to_a_process_on_device_1() {
     let c0 = d.primary_context(DeviceId(0)).unwrap();
     d.set_current_context(c0).unwrap();
     let pool = named::build("pool", Arc::clone(&d)).unwrap();
+    // One 16 MiB chunk, freed: the two blocks below are carved from it, so the exported
+    // block sits at an offset inside its chunk.
+    let whole = pool.allocate(16 * MIB, StreamId::DEFAULT).unwrap();
+    pool.deallocate(whole, 16 * MIB, StreamId::DEFAULT).unwrap();
     let _first = pool.allocate(5000, StreamId::DEFAULT).unwrap();
     let p = pool.allocate(IPC_BYTES, StreamId::DEFAULT).unwrap();
     d.memcpy_htod(p, &ipc_pattern(), None).unwrap();
