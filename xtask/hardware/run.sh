@@ -13,7 +13,7 @@
 # 6 minutes: python/run_python.sh), `multigpu` (the multi-GPU tests), `threads-peers` (the
 # peers driven by many threads), `report` (`emm bench --report` with every chart).
 # ANCHOR_BUDGET_S for the peers' time budget, THREADS and ROUND_OPS for the many-threads runs
-# (default 1,2,4,8,16 and 1000000), REPORT_RESOURCES (the report's emm resources), PEERS_RAW for peers' figures from an earlier call to put in
+# (default 1,2,4,8,16 and 1000000), BENCH_RESOURCES (the bench part's emm resources; default all), REPORT_RESOURCES (the report's emm resources), PEERS_RAW for peers' figures from an earlier call to put in
 # the report, EMM_VERDICT_DIR (the verdict store of the check part; default $RESULTS/verdicts).
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -114,7 +114,8 @@ fi
 
 if part bench; then
 echo "==> emm bench on this GPU"
-"$EMM" bench --backend cuda --json > "$RESULTS/bench-emm.jsonl" 2> "$RESULTS/bench-emm.err"
+"$HERE/bin/host_floor" > "$RESULTS/host-floor.txt" 2>&1
+"$EMM" bench --backend cuda --json ${BENCH_RESOURCES:+--resource "$BENCH_RESOURCES"} > "$RESULTS/bench-emm.jsonl" 2> "$RESULTS/bench-emm.err"
 echo "==> emm bench on the simulated GPU (for the cost model's predictions)"
 "$EMM" bench --backend sim --resource cuda,async,pool --json > "$RESULTS/bench-sim.jsonl" 2> "$RESULTS/bench-sim.err"
 

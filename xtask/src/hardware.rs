@@ -212,6 +212,17 @@ fn bundle(plugins: &[PathBuf]) -> Result<PathBuf, Failure> {
         ]),
     )?;
     run(
+        "hardware: host_floor (what the host's CPU charges the fast path)",
+        cargo([
+            "build",
+            "--release",
+            "-p",
+            "emm-core",
+            "--example",
+            "host_floor",
+        ]),
+    )?;
+    run(
         "hardware: emm-capi (libemm.so)",
         cargo(["build", "--release", "-p", "emm-capi"]),
     )?;
@@ -225,6 +236,10 @@ fn bundle(plugins: &[PathBuf]) -> Result<PathBuf, Failure> {
     }
     let release = cargo_target_dir().join("release");
     copy(&release.join("emm"), &dir.join("bin/emm"))?;
+    copy(
+        &release.join("examples/host_floor"),
+        &dir.join("bin/host_floor"),
+    )?;
     python_bundle(&root, &release, &dir.join("python"))?;
     copy(&smoke, &dir.join("bin/emm-cuda-hardware"))?;
     copy_dir(&root.join("target/wasm"), &dir.join("wasm"))?;
