@@ -20,9 +20,6 @@
 //!   small requests cost an uncontended lock plus the pool's O(1) path; a free from a thread
 //!   other than the allocating one looks through the other arenas (O(arenas)).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard};
-
 use crate::attribution::CallerScope;
 use crate::driver::{ContextId, DevicePtr, Driver, MemInfo, StreamId};
 use crate::mr::detail::context_scope::ContextScope;
@@ -30,13 +27,20 @@ use crate::mr::detail::heap::{round_to_granule, CoalescingHeap, FreeError};
 use crate::mr::detail::stream_order::StreamOrder;
 use crate::mr::pool::PoolResource;
 use crate::mr::{assert_resource, DeviceMemoryResource, MrError, MrResult};
+use crate::sync::{thread_local, AtomicUsize, Mutex, MutexGuard, Ordering};
 
 const NAME: &str = "ArenaResource";
 
 /// Superblock size: what an arena takes from the global arena at a time.
 pub const SUPERBLOCK: u64 = 2 << 20;
 
+#[cfg(not(loom))]
 static NEXT_THREAD: AtomicUsize = AtomicUsize::new(0);
+// loom's atomics are not `const`, and each modelled execution numbers its threads afresh.
+#[cfg(loom)]
+loom::lazy_static! {
+    static ref NEXT_THREAD: AtomicUsize = AtomicUsize::new(0);
+}
 
 thread_local! {
     /// This thread's number, handed out in order of first use.

@@ -33,8 +33,6 @@
 //!   only such requests contend as on one pool.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard};
 
 use crate::attribution::CallerScope;
 use crate::driver::{ContextId, DevicePtr, Driver, MemInfo, StreamId};
@@ -44,6 +42,7 @@ use crate::mr::detail::heap::{round_to_granule, CoalescingHeap, FreeError};
 use crate::mr::detail::stream_order::StreamOrder;
 use crate::mr::pool::PoolResource;
 use crate::mr::{assert_resource, DeviceMemoryResource, MrError, MrResult};
+use crate::sync::{thread_local, AtomicUsize, Mutex, MutexGuard, Ordering};
 
 const NAME: &str = "ShardedPoolResource";
 
