@@ -167,7 +167,7 @@ fn test() -> Result<(), Failure> {
     } else {
         run("test", cargo(["test", "--workspace"]))?;
     }
-    // About 25 s from scratch here (a build of its own: --cfg loom changes every crate).
+    // 25–40 s from scratch here (a build of its own: --cfg loom changes every crate).
     reliability::loom(&[])?;
     reliability::fuzz_smoke()
 }

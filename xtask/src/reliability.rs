@@ -210,7 +210,8 @@ pub fn fuzz_smoke() -> Result<(), Failure> {
 /// bound, 5). `--cfg loom` changes every crate's build, so it builds in a target directory of
 /// its own (`target/loom`, or `$CARGO_TARGET_DIR/loom`) and leaves the normal build's
 /// artifacts alone. Unoptimized and without debug info by default: the quickest to build from
-/// scratch (about 20 s here) and fast enough to check (about 6 s); `--release` for deep runs.
+/// scratch (19–33 s here; 89 s in release) and fast enough to check (6–7 s); `--release` for
+/// deep runs.
 pub fn loom(args: &[OsString]) -> Result<(), Failure> {
     let preemptions = number(args, "--preemptions")?;
     let release = args.iter().any(|a| a == "--release");
