@@ -20,6 +20,7 @@ pub mod driver;
 pub mod error;
 pub mod managers;
 pub mod mr;
+pub(crate) mod sync;
 pub mod unified;
 pub mod units;
 pub mod workloads;

@@ -1,14 +1,15 @@
 //! `cargo xtask`: emm's developer commands, written with std only.
 //!
-//! - `test`: install what the build needs, build the wasm plugins, then fmt check, clippy and the
-//!   workspace tests (CI runs this through `.ci/run`).
+//! - `test`: install what the build needs, build the wasm plugins, then fmt check, clippy, the
+//!   workspace tests and the loom model checks (CI runs this through `.ci/run`).
 //! - `wasm`: build the guest plugins of `plugins/` for wasm32-unknown-unknown in release and copy
 //!   the `.wasm` files to `target/wasm/`, where the sandbox's tests and benchmarks find them.
 //! - `demo [args...]`: the simulated GPU's scripted demo (`emm-sim`'s `demo` example).
 //! - `bench`: the benchmarks.
 //! - `hardware [--bundle-only] [--plugin PATH]...`: the GPU bundle (see [`hardware`]), run here
 //!   if there is a GPU.
-//! - `soak --minutes N`, `fuzz [--seconds N] [target...]`: see [`reliability`].
+//! - `soak --minutes N`, `fuzz [--seconds N] [target...]`, `loom [--preemptions N] [--release]`:
+//!   see [`reliability`].
 //! - `help`: the usage text.
 //!
 //! Progress lines (`==> step`) and errors go to stderr, so a command's own output on stdout stays
@@ -29,8 +30,8 @@ usage: cargo xtask <command> [args...]
 
 commands:
   test             install the targets and components the build needs, build the wasm
-                   plugins, then cargo fmt --check, cargo clippy -D warnings and the
-                   workspace tests
+                   plugins, then cargo fmt --check, cargo clippy -D warnings, the
+                   workspace tests and the loom model checks (cargo xtask loom)
                    (the same command CI runs via .ci/run)
   wasm             build the wasm plugins (plugins/, release, wasm32-unknown-unknown) into
                    target/wasm/ (the build itself goes to target/wasm-build/)
@@ -50,6 +51,10 @@ commands:
   fuzz [--seconds N] [target...]
                    run the cargo-fuzz targets of fuzz/ (default: all, 600 s each, one at
                    a time; needs nightly and cargo-fuzz)
+  loom [--preemptions N] [--release]
+                   model-check the sharded pool and the arena with loom (emm-core's
+                   tests/loom_sharded.rs built with --cfg loom, in target/loom): every
+                   interleaving of their threads up to N preemptions (default 5)
   help             print this text";
 
 /// The rustup targets `test` installs: the sandbox's plugin ABI and WASI builds.
@@ -97,6 +102,7 @@ fn main() -> ExitCode {
             "bench" => no_args("bench", &rest).unwrap_or_else(|| result(bench())),
             "soak" => result(reliability::soak(&rest)),
             "fuzz" => result(reliability::fuzz(&rest)),
+            "loom" => result(reliability::loom(&rest)),
             "hardware" => match hardware::parse(&rest) {
                 Ok(args) => result(hardware::hardware(&args)),
                 Err(e) => Outcome::Usage(e),
@@ -161,6 +167,8 @@ fn test() -> Result<(), Failure> {
     } else {
         run("test", cargo(["test", "--workspace"]))?;
     }
+    // 25–40 s from scratch here (a build of its own: --cfg loom changes every crate).
+    reliability::loom(&[])?;
     reliability::fuzz_smoke()
 }
 

@@ -20,9 +20,6 @@
 //!   small requests cost an uncontended lock plus the pool's O(1) path; a free from a thread
 //!   other than the allocating one looks through the other arenas (O(arenas)).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard};
-
 use crate::attribution::CallerScope;
 use crate::driver::{ContextId, DevicePtr, Driver, MemInfo, StreamId};
 use crate::mr::detail::context_scope::ContextScope;
@@ -30,13 +27,20 @@ use crate::mr::detail::heap::{round_to_granule, CoalescingHeap, FreeError};
 use crate::mr::detail::stream_order::StreamOrder;
 use crate::mr::pool::PoolResource;
 use crate::mr::{assert_resource, DeviceMemoryResource, MrError, MrResult};
+use crate::sync::{thread_local, AtomicUsize, Mutex, MutexGuard, Ordering};
 
 const NAME: &str = "ArenaResource";
 
 /// Superblock size: what an arena takes from the global arena at a time.
 pub const SUPERBLOCK: u64 = 2 << 20;
 
+#[cfg(not(loom))]
 static NEXT_THREAD: AtomicUsize = AtomicUsize::new(0);
+// loom's atomics are not `const`, and each modelled execution numbers its threads afresh.
+#[cfg(loom)]
+loom::lazy_static! {
+    static ref NEXT_THREAD: AtomicUsize = AtomicUsize::new(0);
+}
 
 thread_local! {
     /// This thread's number, handed out in order of first use.
@@ -201,15 +205,10 @@ impl<Up: DeviceMemoryResource> ArenaResource<Up> {
     /// the global arena (and its free chunks to the upstream) and try once more.
     #[cold]
     #[inline(never)]
-    fn allocate_after_release(
-        &self,
-        bytes: usize,
-        stream: StreamId,
-        e: MrError,
-    ) -> MrResult<DevicePtr> {
-        if self.release().unwrap_or(0) == 0 {
-            return Err(e);
-        }
+    fn allocate_after_release(&self, bytes: usize, stream: StreamId) -> MrResult<DevicePtr> {
+        // Try again even when this release gave nothing back: another thread's release may
+        // have given the memory to the upstream since the request failed (tests/loom_sharded.rs).
+        let _ = self.release();
         let b = bytes as u64;
         if b > self.small_max {
             return self.global.allocate(bytes, stream);
@@ -251,7 +250,7 @@ impl<Up: DeviceMemoryResource> DeviceMemoryResource for ArenaResource<Up> {
             self.allocate_slow(&mut a, size, b, stream)
         };
         match r {
-            Err(e) if e.is_out_of_memory() => self.allocate_after_release(bytes, stream, e),
+            Err(e) if e.is_out_of_memory() => self.allocate_after_release(bytes, stream),
             r => r,
         }
     }
@@ -300,9 +299,10 @@ impl<Up: DeviceMemoryResource> DeviceMemoryResource for ArenaResource<Up> {
                 let _scope = CallerScope::enter(NAME);
                 driver.context_synchronize()
             })?;
-            let free = a.heap.take_free_chunks(0);
-            drop(a);
-            for (chunk, stream) in free {
+            // Back to the global arena before the arena's lock goes: a superblock held by
+            // neither would make another thread's out-of-memory release find nothing
+            // (tests/loom_sharded.rs).
+            for (chunk, stream) in a.heap.take_free_chunks(0) {
                 // Superblock sizes came from `usize` requests, so they fit.
                 if let Err(e) =
                     self.global

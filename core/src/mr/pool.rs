@@ -44,8 +44,6 @@
 //! to 256 bytes, the alignment of every block. Alignments above 256 are refused with
 //! [`MrError::UnsupportedAlignment`] (wrap the pool in `AlignedAdaptor`).
 
-use std::sync::{Mutex, MutexGuard};
-
 use crate::attribution::CallerScope;
 use crate::driver::{ContextId, DevicePtr, Driver, MemInfo, StreamId};
 use crate::mr::detail::context_scope::ContextScope;
@@ -56,6 +54,7 @@ use crate::mr::detail::source::Source;
 use crate::mr::detail::stream_order::StreamOrder;
 use crate::mr::pool_options::{Backing, Growth, PoolOptions};
 use crate::mr::{assert_resource, DeviceMemoryResource, MrError, MrResult};
+use crate::sync::{Mutex, MutexGuard};
 
 const NAME: &str = "PoolResource";
 

@@ -33,8 +33,6 @@
 //!   only such requests contend as on one pool.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard};
 
 use crate::attribution::CallerScope;
 use crate::driver::{ContextId, DevicePtr, Driver, MemInfo, StreamId};
@@ -44,6 +42,7 @@ use crate::mr::detail::heap::{round_to_granule, CoalescingHeap, FreeError};
 use crate::mr::detail::stream_order::StreamOrder;
 use crate::mr::pool::PoolResource;
 use crate::mr::{assert_resource, DeviceMemoryResource, MrError, MrResult};
+use crate::sync::{thread_local, AtomicUsize, Mutex, MutexGuard, Ordering};
 
 const NAME: &str = "ShardedPoolResource";
 
@@ -300,11 +299,10 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
         size: u64,
         bytes: u64,
         stream: StreamId,
-        e: MrError,
     ) -> MrResult<DevicePtr> {
-        if self.release().unwrap_or(0) == 0 {
-            return Err(e);
-        }
+        // Try again even when this release gave nothing back: another thread's release may
+        // have given the memory to the upstream since the request failed (tests/loom_sharded.rs).
+        let _ = self.release();
         let mut s = self.lock(self.my_shard());
         self.allocate_slow(&mut s, size, bytes, stream)
     }
@@ -315,15 +313,10 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
     /// it needs; give them back and try once more.
     #[cold]
     #[inline(never)]
-    fn allocate_large_after_release(
-        &self,
-        bytes: usize,
-        stream: StreamId,
-        e: MrError,
-    ) -> MrResult<DevicePtr> {
-        if self.release().unwrap_or(0) == 0 {
-            return Err(e);
-        }
+    fn allocate_large_after_release(&self, bytes: usize, stream: StreamId) -> MrResult<DevicePtr> {
+        // Try again even when this release gave nothing back: another thread's release may
+        // have given the memory to the upstream since the request failed (tests/loom_sharded.rs).
+        let _ = self.release();
         self.shared.allocate(bytes, stream)
     }
 }
@@ -361,9 +354,7 @@ impl<Up: DeviceMemoryResource> DeviceMemoryResource for ShardedPoolResource<Up> 
             // A chunk of its own would come from the shared pool and go back when freed: take
             // the block from there directly.
             return match self.shared.allocate(bytes, stream) {
-                Err(e) if e.is_out_of_memory() => {
-                    self.allocate_large_after_release(bytes, stream, e)
-                }
+                Err(e) if e.is_out_of_memory() => self.allocate_large_after_release(bytes, stream),
                 r => r,
             };
         }
@@ -380,7 +371,7 @@ impl<Up: DeviceMemoryResource> DeviceMemoryResource for ShardedPoolResource<Up> 
             self.allocate_slow(&mut s, size, b, stream)
         };
         match r {
-            Err(e) if e.is_out_of_memory() => self.allocate_after_release(size, b, stream, e),
+            Err(e) if e.is_out_of_memory() => self.allocate_after_release(size, b, stream),
             r => r,
         }
     }
