@@ -1,6 +1,7 @@
 //! Regressions for the out-of-memory path of `ShardedPoolResource` and `ArenaResource`, found
-//! by the loom model check (tests/loom_sharded.rs, `cargo xtask loom`): when a request fails,
-//! the resource gathers every shard's free chunks with `release` and tries once more. It used
+//! by the loom model check (tests/loom_sharded.rs, `cargo xtask loom`), and of
+//! `BinningResource`, which had the same pattern: when a request fails, the resource gathers
+//! every shard's (bin's) free chunks with `release` and tries once more. It used
 //! to try again only when its own `release` gave something back; but memory can reach the
 //! upstream between the failure and that `release` — another thread's `release` gave it back
 //! (what loom found), another user of the device freed it — and the request then failed with
@@ -13,7 +14,8 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use emm_core::mr::{
-    ArenaResource, DeviceMemoryResource, MrError, MrResult, PoolResource, ShardedPoolResource,
+    ArenaResource, BinningResource, DeviceMemoryResource, MrError, MrResult, PoolResource,
+    ShardedPoolResource,
 };
 use emm_core::{DevicePtr, Driver, StreamId};
 use emm_sim::{SimConfig, SimDriver, MIB};
@@ -108,8 +110,6 @@ fn allocates_after_the_upstream_frees<R: DeviceMemoryResource>(
     mr.deallocate(p, bytes, S).unwrap();
     mr.release().unwrap();
     assert_eq!(up.used(), 0);
-    let failures = up.state.lock().unwrap().failures;
-    eprintln!("FAILURES {failures}");
 }
 
 #[test]
@@ -124,4 +124,12 @@ fn sharded_pool_retries_after_release_gives_nothing_back() {
 fn arena_retries_after_release_gives_nothing_back() {
     allocates_after_the_upstream_frees(|up| ArenaResource::with_arenas(up, 2), 2 * MIB, 1000);
     allocates_after_the_upstream_frees(|up| ArenaResource::with_arenas(up, 2), 6 * MIB, 5 << 20);
+}
+
+#[test]
+fn binning_retries_after_release_gives_nothing_back() {
+    let binning = |up| BinningResource::with_range(PoolResource::new(up), 8, 20).unwrap();
+    // Served by a bin, and above the bins (the upstream pool directly).
+    allocates_after_the_upstream_frees(binning, 2 * MIB, 1000);
+    allocates_after_the_upstream_frees(binning, 6 * MIB, 5 << 20);
 }

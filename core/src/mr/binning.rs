@@ -117,18 +117,13 @@ impl<Up: DeviceMemoryResource> std::fmt::Debug for BinningResource<Up> {
 
 impl<Up: DeviceMemoryResource> BinningResource<Up> {
     /// Out of memory: empty bins may hold chunks the request needs; give them back and try
-    /// once more.
+    /// once more — also when this release gave back nothing, since another thread's release
+    /// may have freed the memory between the failure and now (the race loom found in the
+    /// sharded pool).
     #[cold]
     #[inline(never)]
-    fn allocate_after_release(
-        &self,
-        bytes: usize,
-        stream: StreamId,
-        e: MrError,
-    ) -> MrResult<DevicePtr> {
-        if self.release().unwrap_or(0) == 0 {
-            return Err(e);
-        }
+    fn allocate_after_release(&self, bytes: usize, stream: StreamId) -> MrResult<DevicePtr> {
+        let _ = self.release();
         match self.bin_for(bytes as u64) {
             Some(bin) => bin.allocate(bytes, stream),
             None => self.upstream.allocate(bytes, stream),
@@ -154,7 +149,7 @@ impl<Up: DeviceMemoryResource> DeviceMemoryResource for BinningResource<Up> {
             None => self.upstream.allocate(bytes, stream),
         };
         match r {
-            Err(e) if e.is_out_of_memory() => self.allocate_after_release(bytes, stream, e),
+            Err(e) if e.is_out_of_memory() => self.allocate_after_release(bytes, stream),
             r => r,
         }
     }
