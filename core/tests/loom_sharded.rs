@@ -182,6 +182,22 @@ impl<R: DeviceMemoryResource> Env<R> {
         p
     }
 
+    fn alloc_on(&self, n: usize, stream: StreamId) -> DevicePtr {
+        let p = self
+            .mr
+            .allocate(n, stream)
+            .unwrap_or_else(|e| panic!("allocate {n} on {stream:?}: {e}"));
+        self.live.handed(&self.up, p, n);
+        p
+    }
+
+    fn free_on(&self, p: DevicePtr, n: usize, stream: StreamId) {
+        self.live.freeing(p, n);
+        self.mr
+            .deallocate(p, n, stream)
+            .unwrap_or_else(|e| panic!("deallocate {p} ({n} bytes) on {stream:?}: {e}"));
+    }
+
     fn try_alloc(&self, n: usize) -> MrResult<DevicePtr> {
         let p = self.mr.allocate(n, S)?;
         self.live.handed(&self.up, p, n);
@@ -431,6 +447,34 @@ fn sharded_threads_sharing_a_shard() {
         });
         let y = env.alloc(300 << 10);
         env.free(y, 300 << 10);
+        t1.join().unwrap();
+        t2.join().unwrap();
+        settle_sharded(env);
+    });
+}
+
+/// Two streams on one shard: one thread frees on stream A what a thread on stream B then
+/// needs, so B's allocation orders B after A with an event and adopts A's free blocks, while
+/// the main thread churns on the default stream of the same shard; then `release` coalesces
+/// every stream's free blocks.
+#[test]
+fn sharded_two_streams_on_one_shard() {
+    model("sharded_two_streams_on_one_shard", || {
+        let env = sharded(64 * MIB, 1);
+        let (a, b) = (
+            env.up.driver.stream_create(true).unwrap(),
+            env.up.driver.stream_create(true).unwrap(),
+        );
+        let t1 = spawn(&env, move |e| {
+            let x = e.alloc_on(100 << 10, a);
+            e.free_on(x, 100 << 10, a);
+        });
+        let t2 = spawn(&env, move |e| {
+            let y = e.alloc_on(64 << 10, b);
+            e.free_on(y, 64 << 10, b);
+        });
+        let z = env.alloc(256);
+        env.free(z, 256);
         t1.join().unwrap();
         t2.join().unwrap();
         settle_sharded(env);
