@@ -10,10 +10,14 @@
 //! Two implementations exist: `emm-sim` (a deterministic simulated GPU) and `emm-cuda` (cudarc).
 //! Handles are plain numbers so that both can mint them and so that they cross the C ABI and
 //! the wasm sandbox unchanged.
+//!
+//! [`counting::CountingDriver`] wraps any driver and counts the calls made through it.
 
 use std::fmt;
 
 use crate::error::DriverResult;
+
+pub mod counting;
 
 macro_rules! handle {
     ($(#[$doc:meta])* $name:ident($inner:ty), $fmt:literal) => {

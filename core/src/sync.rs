@@ -9,7 +9,7 @@
 
 #[cfg(not(loom))]
 pub(crate) use std::{
-    sync::atomic::{AtomicUsize, Ordering},
+    sync::atomic::{AtomicU64, AtomicUsize, Ordering},
     sync::{Mutex, MutexGuard},
     thread_local,
 };
@@ -19,7 +19,7 @@ pub(crate) use std::{
 // threads.
 #[cfg(loom)]
 pub(crate) use loom::{
-    sync::atomic::{AtomicUsize, Ordering},
+    sync::atomic::{AtomicU64, AtomicUsize, Ordering},
     sync::{Mutex, MutexGuard},
 };
 

@@ -231,7 +231,7 @@ impl Collected {
             md.push('\n');
         }
         if !self.threads.is_empty() {
-            md += "## Many threads\n\n| resource | workload | stream | threads | ops/s | × 1 thread | held/peak live |\n|---|---|---|---:|---:|---:|---:|\n";
+            md += "## Many threads\n\nDriver calls and chunk moves (between a thread's cache and the shared pool or another thread's cache) per 1 000 operations of the timed rounds; `-` where not counted.\n\n| resource | workload | stream | threads | ops/s | × 1 thread | held/peak live | driver calls / 1 000 ops | chunk moves / 1 000 ops |\n|---|---|---|---:|---:|---:|---:|---:|---:|\n";
             for r in &self.threads {
                 let base = self
                     .threads
@@ -243,16 +243,19 @@ impl Collected {
                             && b.shared_stream == r.shared_stream
                     })
                     .map_or(f64::NAN, |b| r.ops_per_s / b.ops_per_s);
+                let per_kop = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.3}"));
                 let _ = writeln!(
                     md,
-                    "| {} | {} | {} | {} | {:.0} | {:.2} | {:.3} |",
+                    "| {} | {} | {} | {} | {:.0} | {:.2} | {:.3} | {} | {} |",
                     r.resource,
                     r.workload,
                     if r.shared_stream { "shared" } else { "own" },
                     r.threads,
                     r.ops_per_s,
                     base,
-                    r.held_over_live()
+                    r.held_over_live(),
+                    per_kop(r.driver_calls_per_kop()),
+                    per_kop(r.chunk_moves_per_kop())
                 );
             }
             md.push('\n');
@@ -335,6 +338,9 @@ mod tests {
             ops_per_s,
             peak_held_bytes: 120,
             peak_live_bytes: 100,
+            timed_ops: 30 * n,
+            driver_calls: None,
+            chunk_moves: None,
         };
         let c = Collected {
             device: "sim test".into(),

@@ -36,23 +36,27 @@ pub fn print(r: &ThreadsResult, backend: &str, json: bool) {
         }
         println!("{v}");
     } else {
+        let per_kop = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.3}"));
         println!(
-            "{:<10} {:<4} {:>7} {:>7} {:>14.0} {:>10.3}",
+            "{:<10} {:<4} {:>7} {:>7} {:>14.0} {:>10.3} {:>10} {:>10}",
             r.resource,
             r.workload,
             r.threads,
             if r.shared_stream { "shared" } else { "own" },
             r.ops_per_s,
-            r.held_over_live()
+            r.held_over_live(),
+            per_kop(r.driver_calls_per_kop()),
+            per_kop(r.chunk_moves_per_kop())
         );
     }
 }
 
-/// The table's header.
+/// The table's header: the last two columns are the resource's driver calls and chunk moves
+/// (`DeviceMemoryResource::chunk_moves`) per 1 000 operations of the timed rounds.
 pub fn header() {
     println!(
-        "{:<10} {:<4} {:>7} {:>7} {:>14} {:>10}",
-        "resource", "wl", "threads", "stream", "ops/s", "held/live"
+        "{:<10} {:<4} {:>7} {:>7} {:>14} {:>10} {:>10} {:>10}",
+        "resource", "wl", "threads", "stream", "ops/s", "held/live", "drv/kop", "moves/kop"
     );
 }
 
@@ -91,8 +95,10 @@ pub fn run(
                         // As the peers' harness: every 16th allocation on W3.
                         held_poll_every: if w.name == "W3" { 16 } else { 1 },
                     };
-                    let build = || named::build(r, Arc::clone(&d));
-                    match bench_threads::run(&*d, build, r, w, &config) {
+                    // Built over a counting driver: its calls per 1 000 operations are what a
+                    // GPU's slow paths cost, which the simulated GPU's clock does not show.
+                    let build = |counting| named::build(r, counting);
+                    match bench_threads::run_counting(Arc::clone(&d), build, r, w, &config) {
                         Ok(res) => {
                             each(&res);
                             out.push(res);

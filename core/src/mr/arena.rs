@@ -27,7 +27,7 @@ use crate::mr::detail::heap::{round_to_granule, CoalescingHeap, FreeError};
 use crate::mr::detail::stream_order::StreamOrder;
 use crate::mr::pool::PoolResource;
 use crate::mr::{assert_resource, DeviceMemoryResource, MrError, MrResult};
-use crate::sync::{thread_local, AtomicUsize, Mutex, MutexGuard, Ordering};
+use crate::sync::{thread_local, AtomicU64, AtomicUsize, Mutex, MutexGuard, Ordering};
 
 const NAME: &str = "ArenaResource";
 
@@ -58,6 +58,9 @@ struct Arena {
 pub struct ArenaResource<Up: DeviceMemoryResource> {
     arenas: Box<[Mutex<Arena>]>,
     global: PoolResource<Up>,
+    /// Calls into `global` (its lock taken: superblocks moved, large requests), for
+    /// [`DeviceMemoryResource::chunk_moves`].
+    global_calls: AtomicU64,
     small_max: u64,
     /// The context current when built: made current for the arenas' driver calls (events).
     context: Option<ContextId>,
@@ -80,6 +83,7 @@ impl<Up: DeviceMemoryResource> ArenaResource<Up> {
             // over IPC, which takes cuMemAlloc memory only.
             context: upstream.driver().current_context().ok(),
             global: PoolResource::chunked(upstream),
+            global_calls: AtomicU64::new(0),
             small_max: SUPERBLOCK / 8,
         }
     }
@@ -102,6 +106,18 @@ impl<Up: DeviceMemoryResource> ArenaResource<Up> {
     /// The upstream resource.
     pub fn upstream(&self) -> &Up {
         self.global.upstream()
+    }
+
+    /// Takes `bytes` from the global arena (its lock), counted.
+    fn global_allocate(&self, bytes: usize, stream: StreamId) -> MrResult<DevicePtr> {
+        self.global_calls.fetch_add(1, Ordering::Relaxed);
+        self.global.allocate(bytes, stream)
+    }
+
+    /// Gives `ptr` back to the global arena (its lock), counted.
+    fn global_deallocate(&self, ptr: DevicePtr, bytes: usize, stream: StreamId) -> MrResult<()> {
+        self.global_calls.fetch_add(1, Ordering::Relaxed);
+        self.global.deallocate(ptr, bytes, stream)
     }
 
     fn lock(&self, k: usize) -> MutexGuard<'_, Arena> {
@@ -140,7 +156,7 @@ impl<Up: DeviceMemoryResource> ArenaResource<Up> {
             }
         }
         // Superblocks come from the global arena, usable on `stream` at once.
-        let sb = self.global.allocate(SUPERBLOCK as usize, stream)?;
+        let sb = self.global_allocate(SUPERBLOCK as usize, stream)?;
         a.heap.add_chunk(slot, sb.0, SUPERBLOCK);
         a.heap
             .allocate(slot, size, bytes)
@@ -171,8 +187,7 @@ impl<Up: DeviceMemoryResource> ArenaResource<Up> {
                 let mut result = Ok(());
                 for (chunk, s) in back {
                     if let Err(e) =
-                        self.global
-                            .deallocate(DevicePtr(chunk.base), chunk.size as usize, s)
+                        self.global_deallocate(DevicePtr(chunk.base), chunk.size as usize, s)
                     {
                         result = Err(e);
                     }
@@ -211,7 +226,7 @@ impl<Up: DeviceMemoryResource> ArenaResource<Up> {
         let _ = self.release();
         let b = bytes as u64;
         if b > self.small_max {
-            return self.global.allocate(bytes, stream);
+            return self.global_allocate(bytes, stream);
         }
         let size = round_to_granule(b).unwrap_or(b);
         let mut a = self.lock(self.my_arena());
@@ -235,7 +250,7 @@ impl<Up: DeviceMemoryResource> DeviceMemoryResource for ArenaResource<Up> {
         }
         let b = bytes as u64;
         let r = if b > self.small_max {
-            self.global.allocate(bytes, stream)
+            self.global_allocate(bytes, stream)
         } else {
             let size = round_to_granule(b).unwrap_or(b);
             let mut a = self.lock(self.my_arena());
@@ -266,7 +281,7 @@ impl<Up: DeviceMemoryResource> DeviceMemoryResource for ArenaResource<Up> {
         }
         let b = bytes as u64;
         if b > self.small_max {
-            return self.global.deallocate(ptr, bytes, stream);
+            return self.global_deallocate(ptr, bytes, stream);
         }
         let mine = self.my_arena();
         for k in std::iter::once(mine).chain((0..self.arenas.len()).filter(|&k| k != mine)) {
@@ -284,6 +299,10 @@ impl<Up: DeviceMemoryResource> DeviceMemoryResource for ArenaResource<Up> {
 
     fn memory_info(&self) -> Option<MemInfo> {
         self.global.memory_info()
+    }
+
+    fn chunk_moves(&self) -> Option<u64> {
+        Some(self.global_calls.load(Ordering::Relaxed))
     }
 
     /// Gives every arena's wholly free superblocks back to the global arena, then the global
@@ -305,8 +324,7 @@ impl<Up: DeviceMemoryResource> DeviceMemoryResource for ArenaResource<Up> {
             for (chunk, stream) in a.heap.take_free_chunks(0) {
                 // Superblock sizes came from `usize` requests, so they fit.
                 if let Err(e) =
-                    self.global
-                        .deallocate(DevicePtr(chunk.base), chunk.size as usize, stream)
+                    self.global_deallocate(DevicePtr(chunk.base), chunk.size as usize, stream)
                 {
                     first_err.get_or_insert(e);
                 }

@@ -2,14 +2,20 @@
 //! resource, each thread with its own copy of the op list, on its own stream or all on one
 //! shared stream.
 //!
-//! The protocol extends the single-thread one ([`crate::mr::bench`]): the threads start together
-//! at a barrier; one untimed warm-up round; then timed rounds (each thread replays its list
-//! [`repeats`] times, about a million operations), host clock from the first thread's start
+//! The protocol extends the single-thread one ([`crate::mr::bench`]): one team of threads, as a
+//! thread pool's, lives through one untimed warm-up round and the timed rounds, so that
+//! per-thread caches warmed up stay with their threads; each round starts them together at a
+//! barrier (each thread replays its list [`repeats`] times, about a million operations), host clock from the first thread's start
 //! to the last thread's end (each thread times itself) plus a context synchronize, the median round reported as operations
 //! per second (all threads' operations over the round's wall time). Memory held is measured in
 //! one more round on a freshly built resource: every thread reads the device's free memory after each of its allocations,
 //! and the peak of (free before the resource was built − free now) is kept; peak live is the
 //! peak of all threads' live bytes together, counted with an atomic.
+//!
+//! [`run_counting`] also counts, over the timed rounds, the resource's driver calls (it builds
+//! the resource over a [`CountingDriver`]) and the memory it moved between a thread's cache and
+//! the rest ([`DeviceMemoryResource::chunk_moves`]): what a slow path costs on a GPU and what
+//! serialises threads, which the simulated GPU's wall clock does not show.
 //!
 //! What a figure means depends on the machine: with fewer cores than threads the threads share
 //! cores, so the figure shows what the resource's locking costs, not how it scales.
@@ -31,9 +37,10 @@
 //! ```
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Barrier;
+use std::sync::{Arc, Barrier, Mutex};
 use std::time::Instant;
 
+use crate::driver::counting::{CallCounts, CountingDriver};
 use crate::driver::{DevicePtr, Driver, StreamId};
 use crate::mr::bench::replay_once;
 use crate::mr::{DeviceMemoryResource, MrError, MrResult};
@@ -95,6 +102,14 @@ pub struct ThreadsResult {
     pub peak_held_bytes: u64,
     /// Peak bytes live, all threads together, over the measuring round (0 when not measured).
     pub peak_live_bytes: u64,
+    /// Operations of all threads over every timed round together (what the counts below are
+    /// over).
+    pub timed_ops: usize,
+    /// The resource's driver calls over the timed rounds ([`run_counting`]; `None` from [`run`]).
+    pub driver_calls: Option<CallCounts>,
+    /// The resource's chunk moves over the timed rounds
+    /// ([`DeviceMemoryResource::chunk_moves`]; `None` when it does not count them).
+    pub chunk_moves: Option<u64>,
 }
 
 impl ThreadsResult {
@@ -106,11 +121,39 @@ impl ThreadsResult {
         self.peak_held_bytes as f64 / self.peak_live_bytes as f64
     }
 
+    /// Driver calls per 1 000 operations over the timed rounds, all classes together.
+    pub fn driver_calls_per_kop(&self) -> Option<f64> {
+        self.driver_calls.map(|c| self.per_kop(c.total()))
+    }
+
+    /// Chunk moves per 1 000 operations over the timed rounds.
+    pub fn chunk_moves_per_kop(&self) -> Option<f64> {
+        self.chunk_moves.map(|c| self.per_kop(c))
+    }
+
+    fn per_kop(&self, n: u64) -> f64 {
+        n as f64 * 1000.0 / self.timed_ops.max(1) as f64
+    }
+
     /// One JSON object on one line: `resource`, `workload`, `threads`, `stream` (`own` or
-    /// `shared`), `ops`, `ops_per_s`, `peak_held_bytes`, `peak_live_bytes`.
+    /// `shared`), `ops`, `ops_per_s`, `peak_held_bytes`, `peak_live_bytes`, and where counted
+    /// `timed_ops`, `driver_calls` (`memory`, `ordering`, `other`) and `chunk_moves`.
     pub fn to_json(&self) -> String {
+        let mut counts = String::new();
+        if self.driver_calls.is_some() || self.chunk_moves.is_some() {
+            counts += &format!(",\"timed_ops\":{}", self.timed_ops);
+        }
+        if let Some(c) = self.driver_calls {
+            counts += &format!(
+                ",\"driver_calls\":{{\"memory\":{},\"ordering\":{},\"other\":{}}}",
+                c.memory, c.ordering, c.other
+            );
+        }
+        if let Some(n) = self.chunk_moves {
+            counts += &format!(",\"chunk_moves\":{n}");
+        }
         format!(
-            "{{\"resource\":\"{}\",\"workload\":\"{}\",\"threads\":{},\"stream\":\"{}\",\"ops\":{},\"ops_per_s\":{:.0},\"peak_held_bytes\":{},\"peak_live_bytes\":{}}}",
+            "{{\"resource\":\"{}\",\"workload\":\"{}\",\"threads\":{},\"stream\":\"{}\",\"ops\":{},\"ops_per_s\":{:.0},\"peak_held_bytes\":{},\"peak_live_bytes\":{}{counts}}}",
             self.resource.replace(['"', '\\'], "_"),
             self.workload.replace(['"', '\\'], "_"),
             self.threads,
@@ -133,61 +176,108 @@ struct Meter<'a> {
     poll_every: usize,
 }
 
-/// Runs one round: every thread replays `workload` once, starting together. Returns the wall
-/// time from the start to the end of the last thread plus a context synchronize.
-fn round<R: DeviceMemoryResource>(
-    driver: &dyn Driver,
+/// The threads of a run: one per stream, each replaying `workload`.
+#[derive(Clone, Copy)]
+struct Team<'a> {
+    driver: &'a dyn Driver,
+    workload: &'a Workload,
+    streams: &'a [StreamId],
+}
+
+/// What one thread did in a round: when it started and ended, or its error.
+type Span = Mutex<Option<MrResult<(Instant, Instant)>>>;
+
+/// Runs `rounds` rounds with one team of threads, one per stream, that lives through all of
+/// them (as a thread pool would: per-thread caches stay warm from one round to the next).
+/// In each round every thread replays `workload` `repeat` times (once when metered),
+/// starting together. Returns each round's wall time from the first thread's start to the
+/// last thread's end plus a context synchronize, in nanoseconds. `before_round(k)` runs on
+/// the calling thread before round `k` starts, while every worker waits.
+fn rounds<R: DeviceMemoryResource>(
+    team: &Team<'_>,
     resource: &R,
-    workload: &Workload,
-    streams: &[StreamId],
     meter: Option<&Meter<'_>>,
     repeat: usize,
-) -> MrResult<f64> {
+    rounds: usize,
+    before_round: &mut dyn FnMut(usize),
+) -> MrResult<Vec<f64>> {
+    let Team {
+        driver,
+        workload,
+        streams,
+    } = *team;
     let ctx = driver.current_context()?;
-    let barrier = Barrier::new(streams.len());
-    // Each thread times itself: the round runs from the first start to the last end, which a
-    // busy machine cannot shorten by descheduling a coordinating thread.
-    let results: Vec<MrResult<(Instant, Instant)>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = streams
-            .iter()
-            .map(|&stream| {
-                let barrier = &barrier;
-                scope.spawn(move || -> MrResult<(Instant, Instant)> {
-                    // A new thread has no current context (cuCtxSetCurrent is per thread).
-                    let set = driver.set_current_context(ctx);
-                    barrier.wait();
-                    set?;
-                    let start = Instant::now();
-                    let repeat = if meter.is_some() { 1 } else { repeat };
-                    (0..repeat)
-                        .try_for_each(|_| replay_metered(resource, workload, stream, meter))?;
-                    Ok((start, Instant::now()))
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join().unwrap_or_else(|_| {
-                    Err(MrError::InvalidArgument {
-                        resource: resource.name(),
-                        reason: "a benchmark thread panicked".to_string(),
-                    })
-                })
-            })
-            .collect()
-    });
-    let spans = results.into_iter().collect::<MrResult<Vec<_>>>()?;
-    let sync = Instant::now();
-    driver.context_synchronize()?;
-    let sync = sync.elapsed();
-    let first = spans.iter().map(|s| s.0).min();
-    let last = spans.iter().map(|s| s.1).max();
-    let wall = match (first, last) {
-        (Some(f), Some(l)) => l.saturating_duration_since(f),
-        _ => std::time::Duration::ZERO,
-    };
-    Ok((wall + sync).as_nanos() as f64)
+    // The workers and this thread: a round starts when all have reached `start`, and is over
+    // when all have reached `end`.
+    let (start, end) = (
+        Barrier::new(streams.len() + 1),
+        Barrier::new(streams.len() + 1),
+    );
+    let spans: Vec<Span> = streams.iter().map(|_| Mutex::new(None)).collect();
+    let repeat = if meter.is_some() { 1 } else { repeat };
+    std::thread::scope(|scope| {
+        for (&stream, span) in streams.iter().zip(&spans) {
+            let (start, end) = (&start, &end);
+            scope.spawn(move || {
+                // A new thread has no current context (cuCtxSetCurrent is per thread).
+                let set = driver.set_current_context(ctx);
+                for _ in 0..rounds {
+                    start.wait();
+                    // Each thread times itself: the round runs from the first start to the
+                    // last end, which a busy machine cannot shorten by descheduling this one.
+                    let t0 = Instant::now();
+                    let work = || -> MrResult<(Instant, Instant)> {
+                        set.clone()?;
+                        (0..repeat)
+                            .try_for_each(|_| replay_metered(resource, workload, stream, meter))?;
+                        Ok((t0, Instant::now()))
+                    };
+                    // A panic must not leave the others waiting at the barrier.
+                    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work))
+                        .unwrap_or_else(|_| {
+                            Err(MrError::InvalidArgument {
+                                resource: resource.name(),
+                                reason: "a benchmark thread panicked".to_string(),
+                            })
+                        });
+                    *span.lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
+                    end.wait();
+                }
+            });
+        }
+        let mut times = Vec::with_capacity(rounds);
+        let mut first_err = None;
+        for k in 0..rounds {
+            before_round(k);
+            start.wait();
+            end.wait();
+            let mut first = None::<Instant>;
+            let mut last = None::<Instant>;
+            for span in &spans {
+                match span.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                    Some(Ok((a, b))) => {
+                        first = Some(first.map_or(a, |f| f.min(a)));
+                        last = Some(last.map_or(b, |l| l.max(b)));
+                    }
+                    Some(Err(e)) => {
+                        first_err.get_or_insert(e);
+                    }
+                    None => {}
+                }
+            }
+            let sync = Instant::now();
+            if let Err(e) = driver.context_synchronize() {
+                first_err.get_or_insert(e.into());
+            }
+            let sync = sync.elapsed();
+            let wall = match (first, last) {
+                (Some(f), Some(l)) => l.saturating_duration_since(f),
+                _ => std::time::Duration::ZERO,
+            };
+            times.push((wall + sync).as_nanos() as f64);
+        }
+        first_err.map_or(Ok(times), Err)
+    })
 }
 
 /// How many times each thread replays `workload` in a timed round of `config`.
@@ -260,6 +350,44 @@ pub fn run<R: DeviceMemoryResource>(
     workload: &Workload,
     config: &ThreadsConfig,
 ) -> MrResult<ThreadsResult> {
+    run_with(driver, build, None, label, workload, config)
+}
+
+/// As [`run`], with the resource built by `build` over a [`CountingDriver`] around `driver`
+/// (the harness's own calls go to `driver` and are not counted), and its driver calls over
+/// the timed rounds in [`ThreadsResult::driver_calls`].
+///
+/// # Errors
+///
+/// As [`run`].
+pub fn run_counting<R: DeviceMemoryResource>(
+    driver: Arc<dyn Driver>,
+    build: impl Fn(Arc<dyn Driver>) -> MrResult<R>,
+    label: &str,
+    workload: &Workload,
+    config: &ThreadsConfig,
+) -> MrResult<ThreadsResult> {
+    let counting = Arc::new(CountingDriver::new(Arc::clone(&driver)));
+    let over: Arc<dyn Driver> = counting.clone();
+    let calls = || counting.counts();
+    run_with(
+        &*driver,
+        || build(Arc::clone(&over)),
+        Some(&calls),
+        label,
+        workload,
+        config,
+    )
+}
+
+fn run_with<R: DeviceMemoryResource>(
+    driver: &dyn Driver,
+    build: impl Fn() -> MrResult<R>,
+    calls: Option<&dyn Fn() -> CallCounts>,
+    label: &str,
+    workload: &Workload,
+    config: &ThreadsConfig,
+) -> MrResult<ThreadsResult> {
     let threads = config.threads.max(1);
     let mut streams = Vec::with_capacity(threads);
     for _ in 0..threads {
@@ -272,11 +400,28 @@ pub fn run<R: DeviceMemoryResource>(
     let result = (|| {
         let resource = build()?;
         let repeat = repeats(workload, config);
-        round(driver, &resource, workload, &streams, None, repeat)?;
-        let mut times = Vec::with_capacity(config.timed_passes.max(1));
-        for _ in 0..config.timed_passes.max(1) {
-            times.push(round(driver, &resource, workload, &streams, None, repeat)?);
-        }
+        // One team of threads for the warm-up and the timed rounds; the counts start after
+        // the warm-up (read when every thread is waiting for the next round).
+        let passes = config.timed_passes.max(1);
+        let mut before = None;
+        let mut snapshot = |k: usize| {
+            if k == 1 {
+                before = Some((calls.map(|c| c()), resource.chunk_moves()));
+            }
+        };
+        let team = Team {
+            driver,
+            workload,
+            streams: &streams,
+        };
+        let mut times = rounds(&team, &resource, None, repeat, 1 + passes, &mut snapshot)?;
+        times.remove(0);
+        let (calls_before, shared_before) = before.unwrap_or((None, None));
+        let driver_calls = calls.zip(calls_before).map(|(c, b)| c().since(&b));
+        let chunk_moves = resource
+            .chunk_moves()
+            .zip(shared_before)
+            .map(|(a, b)| a.saturating_sub(b));
         times.sort_by(f64::total_cmp);
         let median = times[times.len() / 2];
         let ops = workload.ops.len() * threads * repeat;
@@ -297,7 +442,7 @@ pub fn run<R: DeviceMemoryResource>(
                 peak_held: AtomicU64::new(0),
                 poll_every: config.held_poll_every.max(1),
             };
-            round(driver, &resource, workload, &streams, Some(&meter), 1)?;
+            rounds(&team, &resource, Some(&meter), 1, 1, &mut |_| {})?;
             peak_held = meter.peak_held.load(Ordering::Relaxed);
             peak_live = meter.peak_live.load(Ordering::Relaxed);
         }
@@ -310,6 +455,9 @@ pub fn run<R: DeviceMemoryResource>(
             ops_per_s: ops as f64 / (median.max(1.0) / 1e9),
             peak_held_bytes: peak_held,
             peak_live_bytes: peak_live,
+            timed_ops: ops * passes,
+            driver_calls,
+            chunk_moves,
         })
     })();
     if !config.shared_stream {

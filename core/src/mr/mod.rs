@@ -221,6 +221,16 @@ pub trait DeviceMemoryResource: Send + Sync {
     fn driver_backed(&self) -> bool {
         false
     }
+
+    /// For resources with per-thread caches over a pool all threads share (`ShardedPoolResource`,
+    /// `ArenaResource`): how many times, since it was built, memory moved between a thread's
+    /// cache and the rest — a chunk taken from or given back to the shared pool, a chunk taken
+    /// from another thread's cache, a request passed through to the shared pool. Each takes a
+    /// lock other threads use, and across streams an event: what keeps many threads from
+    /// scaling, so the many-threads benchmark reports it. The default: `None`, not counted.
+    fn chunk_moves(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// Checks an alignment request against the largest a resource supports.
@@ -319,6 +329,9 @@ impl<R: DeviceMemoryResource + ?Sized> DeviceMemoryResource for Arc<R> {
     }
     fn driver_backed(&self) -> bool {
         (**self).driver_backed()
+    }
+    fn chunk_moves(&self) -> Option<u64> {
+        (**self).chunk_moves()
     }
 }
 
