@@ -5,6 +5,7 @@
 use std::sync::{Arc, Barrier};
 
 use emm_core::mr::bench_threads::{self, ThreadsConfig};
+use emm_core::mr::sharded_pool::SHARD_CHUNK;
 use emm_core::mr::{
     Backing, CudaResource, DeviceMemoryResource, PoolOptions, PoolResource, ShardedPoolResource,
 };
@@ -82,12 +83,19 @@ fn warm_threads_allocate_without_driver_calls_or_the_shared_pool() {
     // New threads get new shards (thread numbers go on), which take one chunk each.
     run(5_000);
     let taken = g.call_count() - before;
+    // Each new thread sets its context (one call), and its new shard's one chunk grows the
+    // shared pool's segment by a granule (four: cuCtxGetCurrent, cuMemCreate, cuMemMap,
+    // cuMemSetAccess); the old shards' single chunks are no spare to take.
     assert!(
-        taken <= 4 * threads as u64,
+        taken <= 5 * threads as u64,
         "{taken} driver calls for 20 000 operations"
     );
-    // Each of the 8 shards keeps at most one spare chunk of at most 1 MiB (the largest request).
-    assert!(r.shard_bytes().0 <= 8 * MIB, "{:?}", r.shard_bytes());
+    // Each of the 8 shards keeps one chunk (2 MiB: the largest request is 1 MiB).
+    assert!(
+        r.shard_bytes().0 <= 8 * SHARD_CHUNK,
+        "{:?}",
+        r.shard_bytes()
+    );
     assert!(r.shared().live_allocations() <= 8);
 }
 
@@ -114,7 +122,6 @@ fn memory_one_thread_stops_using_serves_another() {
     let r = sharded(&g, 4);
     let s = StreamId::DEFAULT;
     let fill = || {
-        // 2 MiB blocks: served by the thread's shard (requests above 4 MiB skip the shards).
         let ps: Vec<_> = (0..350).map(|_| r.allocate(2 << 20, s).unwrap()).collect();
         for p in ps {
             r.deallocate(p, 2 << 20, s).unwrap();
@@ -124,16 +131,18 @@ fn memory_one_thread_stops_using_serves_another() {
     on_thread(&g, fill);
     let (held, live) = r.shard_bytes();
     assert_eq!(live, 0);
-    // Each shard keeps the wholly free chunks it had no reason to give back while its live
-    // bytes were within 5 % (+ two chunks) of what it held: at most about 5 % of its peak.
-    let bound = 2 * (700 * MIB / 20 + 2 * 2 * MIB);
+    // The first thread's shard kept its 700 MiB when it freed them; the second thread's
+    // growth took them from it (two fills would not fit in 1 GiB), so the shards hold one
+    // fill, not two, and the device holds no more.
+    let bound = 700 * MIB + 700 * MIB / 20 + 2 * SHARD_CHUNK;
     assert!(
         held <= bound,
         "the shards kept {held} bytes, more than {bound}"
     );
-    // Requests above SHARD_MAX go to the shared pool, and back.
+    assert!(g.device_memory_used(DeviceId(0)) <= bound);
+    // A large request is served by the thread's shard too.
     let big = r.allocate(64 << 20, s).unwrap();
-    assert_eq!(r.shard_bytes().1, 0, "not in a shard");
+    assert_eq!(r.shard_bytes().1, 64 << 20, "in a shard");
     r.deallocate(big, 64 << 20, s).unwrap();
     r.release().unwrap();
     assert_eq!(
@@ -222,7 +231,12 @@ fn held_stays_under_a_quarter_above_peak_live_with_up_to_eight_threads() {
             Ok(ShardedPoolResource::over(shared, 8))
         };
         let res = bench_threads::run(&g, build, "sharded", &w, &config).unwrap();
-        assert!(res.peak_live_bytes > threads as u64 * 15 * MIB, "{res:?}");
+        // At least two threads (this machine may have no more cores) were at their peaks at
+        // once, so that the bound below says something about memory moving between them.
+        assert!(
+            res.peak_live_bytes > threads.min(2) as u64 * 15 * MIB,
+            "{res:?}"
+        );
         // The bound for 16 threads on the GPU host.
         let bound = 1.25;
         assert!(
@@ -234,6 +248,107 @@ fn held_stays_under_a_quarter_above_peak_live_with_up_to_eight_threads() {
             g.device_memory_used(DeviceId(0)),
             0,
             "dropped: all given back"
+        );
+    }
+}
+
+/// A W1-shaped list (shared/workloads.md's random walk, 1 B to 1 MiB), shorter.
+fn w1_shaped(steps: u64) -> Workload {
+    Workload::new(
+        "w1-shaped",
+        emm_core::workloads::random_walk(0xA11C_0001, steps, 1 << 20, 8 * GIB),
+    )
+}
+
+#[test]
+fn a_thread_replaying_its_list_again_takes_nothing_from_the_shared_pool() {
+    // Each pass rises to its peak and frees everything at the end, as a training step does:
+    // the shard keeps what it freed, so the second pass neither locks the shared pool nor
+    // calls the driver.
+    let g = gpu(4 * GIB);
+    let r = sharded(&g, 4);
+    let w = w1_shaped(20_000);
+    let pass = || {
+        emm_core::workloads::replay(
+            &w,
+            |size| {
+                r.allocate(size as usize, StreamId::DEFAULT)
+                    .map(|p| (p, size))
+            },
+            |(p, size): (emm_core::DevicePtr, u64), _| {
+                r.deallocate(p, size as usize, StreamId::DEFAULT).unwrap()
+            },
+        )
+        .unwrap()
+    };
+    pass();
+    let (calls, moves) = (g.call_count(), r.chunk_moves().unwrap());
+    assert!(moves > 0, "the first pass grew the shard");
+    pass();
+    assert_eq!(g.call_count(), calls, "no driver call in the second pass");
+    assert_eq!(r.chunk_moves(), Some(moves), "no chunk moved");
+    // Held stays bounded by the pool's own rule (1.05 × live plus a chunk at each growth).
+    let peak = w.summary().peak_live_bytes;
+    assert!(
+        r.shard_bytes().0 as f64 <= 1.25 * peak as f64,
+        "{:?}",
+        r.shard_bytes()
+    );
+}
+
+#[test]
+fn w1_shaped_churn_by_four_threads_stays_in_the_shards() {
+    // The many-threads benchmark's protocol (one team of threads through a warm-up and a
+    // timed round), counted: before shards kept their chunks, each request of 512 KiB or
+    // more moved a chunk through the shared pool, 254 chunk moves per 1 000 operations.
+    let w = w1_shaped(20_000);
+    for shared_stream in [false, true] {
+        let g = SimDriver::new(
+            SimConfig::new(11)
+                .memory_per_device(16 * GIB)
+                .track_contents(false)
+                .record_trace(false),
+        )
+        .unwrap();
+        let config = ThreadsConfig {
+            threads: 4,
+            shared_stream,
+            timed_passes: 1,
+            measure_held: true,
+            min_ops_per_round: 40_000,
+            held_poll_every: 1,
+        };
+        let d: Arc<dyn Driver> = Arc::new(g.clone());
+        let build = |d: Arc<dyn Driver>| {
+            let up = CudaResource::<Arc<dyn Driver>>::new(d);
+            let shared =
+                PoolResource::with_options(up, PoolOptions::default().backing(Backing::Chunks))?;
+            Ok(ShardedPoolResource::over(shared, 8))
+        };
+        let res = bench_threads::run_counting(d, build, "sharded", &w, &config).unwrap();
+        let (driver, moves) = (
+            res.driver_calls_per_kop().unwrap(),
+            res.chunk_moves_per_kop().unwrap(),
+        );
+        // In step, nothing moves (one thread: none at all, the test above). Out of step,
+        // threads take each other's spare chunks, across streams after an event: on 2 busy
+        // cores, 4 threads replaying a list of 1 ms are far out of step; taking memory from
+        // the driver stays rare.
+        let calls = res.driver_calls.unwrap();
+        assert!(moves <= 25.0, "{moves} chunk moves per 1 000 operations");
+        assert!(
+            driver <= 25.0,
+            "{driver} driver calls per 1 000 operations: {res:?}"
+        );
+        assert!(
+            calls.memory as f64 * 1000.0 / res.timed_ops as f64 <= 2.0,
+            "{calls:?} in {} operations",
+            res.timed_ops
+        );
+        assert!(
+            res.held_over_live() <= 1.25,
+            "shared stream {shared_stream}: held {:.3} × peak live",
+            res.held_over_live()
         );
     }
 }
