@@ -299,8 +299,8 @@ fn settle_arena(env: Arc<Env<Arena>>) {
 }
 
 /// Two threads allocate and free on their own shards while one frees a block of the main
-/// thread's shard (the free searches the shards), and a chunk-sized request makes a shard
-/// take a second chunk and give it back.
+/// thread's shard (the free searches the shards); a shard that grows may take another's
+/// wholly free chunk (each shard locked in turn).
 #[test]
 fn sharded_own_shards_and_cross_shard_free() {
     model("sharded_own_shards_and_cross_shard_free", || {
@@ -321,11 +321,12 @@ fn sharded_own_shards_and_cross_shard_free() {
         env.free(y, 200);
         t1.join().unwrap();
         t2.join().unwrap();
-        // Each thread had a shard of its own, which keeps its last chunk.
-        assert_eq!(
-            env.mr.shared().live_allocations(),
-            3,
-            "three shards were used"
+        // Each thread had a shard of its own, which keeps its chunk; a chunk wholly free when
+        // another shard grew may have moved to that shard whole (`ShardedPoolResource::grow`).
+        let chunks = env.mr.shared().live_allocations();
+        assert!(
+            (2..=3).contains(&chunks),
+            "three shards took {chunks} chunks"
         );
         settle_sharded(env);
     });
@@ -410,7 +411,7 @@ fn sharded_out_of_memory_gathers_every_shard() {
     });
 }
 
-/// A request above the shards' maximum (5 MiB), which goes to the shared pool directly.
+/// A request of 5 MiB, which the thread's shard takes a chunk of its own size for.
 #[test]
 fn sharded_large_out_of_memory_gathers_every_shard() {
     model("sharded_large_out_of_memory_gathers_every_shard", || {
