@@ -198,7 +198,9 @@ fn held_stays_under_a_quarter_above_peak_live_with_up_to_eight_threads() {
     for _ in 0..1_000 {
         ops.push(Op::Alloc(rng.range(8, 64 << 10)));
     }
-    for _ in 0..10_000 {
+    // Long enough (≈ 5 ms a copy) that the threads' copies overlap even when this machine
+    // starts them a few ms apart.
+    for _ in 0..60_000 {
         ops.push(Op::Free(rng.below(1_000) as usize));
         ops.push(Op::Alloc(rng.range(8, 64 << 10)));
     }

@@ -337,6 +337,17 @@ impl CoalescingHeap {
         c
     }
 
+    /// The size of the chunk based at `base` when it is wholly free.
+    ///
+    /// # Time complexity
+    ///
+    /// O(1) expected: one map lookup.
+    pub(crate) fn free_chunk_size(&self, base: u64) -> Option<u64> {
+        let c = *self.chunks.get(self.chunk_pos.get(base)? as usize)?;
+        let b = self.slab.get(c.first);
+        (b.is_free() && b.size == c.size).then_some(c.size)
+    }
+
     /// Removes the chunk based at `base` when it is wholly free, and returns it with the stream
     /// whose lists held it.
     ///
