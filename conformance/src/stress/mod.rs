@@ -173,12 +173,11 @@ fn panic_text(p: Box<dyn std::any::Any + Send>) -> String {
         .unwrap_or_else(|| "a panic with no message".to_string())
 }
 
-/// Runs `config` with real threads.
-///
-/// # Errors
-///
-/// The machine, its streams or the context cannot be made.
-pub fn run(config: &StressConfig) -> Result<StressReport, String> {
+type Setup = (Arc<SimDriver>, Vec<StreamId>, Context<SimDriver>, Shared);
+
+/// The machine, one stream per thread, the context with the manager under test, and the
+/// state the threads share: what [`run`] and [`replay`] both start from.
+fn setup(config: &StressConfig) -> Result<Setup, String> {
     let sim = machine(config.seed)?;
     let streams = streams(&sim, config.threads)?;
     let ctx = Context::with_factory(Arc::clone(&sim), DeviceId(0), &*config.factory)
@@ -189,6 +188,16 @@ pub fn run(config: &StressConfig) -> Result<StressReport, String> {
         stream_ordered: ctx.capabilities().stream_ordered,
         ipc: ctx.capabilities().ipc,
     };
+    Ok((sim, streams, ctx, shared))
+}
+
+/// Runs `config` with real threads.
+///
+/// # Errors
+///
+/// The machine, its streams or the context cannot be made.
+pub fn run(config: &StressConfig) -> Result<StressReport, String> {
+    let (sim, streams, ctx, shared) = setup(config)?;
     let mut report = StressReport {
         name: config.name.clone(),
         seed: config.seed,
@@ -240,16 +249,7 @@ pub fn run(config: &StressConfig) -> Result<StressReport, String> {
 /// The machine, its streams or the context cannot be made; `order` names a thread the
 /// config does not have.
 pub fn replay(config: &StressConfig, order: &[u16]) -> Result<StressReport, String> {
-    let sim = machine(config.seed)?;
-    let streams = streams(&sim, config.threads)?;
-    let ctx = Context::with_factory(Arc::clone(&sim), DeviceId(0), &*config.factory)
-        .map_err(|e| e.to_string())?;
-    let shared = Shared {
-        live: Mutex::new(BTreeMap::new()),
-        ticket: AtomicU64::new(0),
-        stream_ordered: ctx.capabilities().stream_ordered,
-        ipc: ctx.capabilities().ipc,
-    };
+    let (sim, streams, ctx, shared) = setup(config)?;
     let lists: Vec<Vec<ThreadOp>> = (0..config.threads)
         .map(|t| thread_ops(config.seed, t, config.ops))
         .collect();
