@@ -174,12 +174,7 @@ struct Env<R> {
 
 impl<R: DeviceMemoryResource> Env<R> {
     fn alloc(&self, n: usize) -> DevicePtr {
-        let p = self
-            .mr
-            .allocate(n, S)
-            .unwrap_or_else(|e| panic!("allocate {n}: {e}"));
-        self.live.handed(&self.up, p, n);
-        p
+        self.alloc_on(n, S)
     }
 
     fn alloc_on(&self, n: usize, stream: StreamId) -> DevicePtr {
@@ -192,6 +187,7 @@ impl<R: DeviceMemoryResource> Env<R> {
     }
 
     fn free_on(&self, p: DevicePtr, n: usize, stream: StreamId) {
+        // Off the books first: once freed, another thread may be handed the block.
         self.live.freeing(p, n);
         self.mr
             .deallocate(p, n, stream)
@@ -205,11 +201,7 @@ impl<R: DeviceMemoryResource> Env<R> {
     }
 
     fn free(&self, p: DevicePtr, n: usize) {
-        // Off the books first: once freed, another thread may be handed the block.
-        self.live.freeing(p, n);
-        self.mr
-            .deallocate(p, n, S)
-            .unwrap_or_else(|e| panic!("deallocate {p} ({n} bytes): {e}"));
+        self.free_on(p, n, S)
     }
 }
 
