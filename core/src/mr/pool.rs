@@ -20,7 +20,7 @@
 //!   maximum; when the device is out of memory it gathers every stream's free memory and tries
 //!   once more with exactly the request. [`PoolResource::release`] gives back every wholly
 //!   free chunk, or unmaps every wholly free granule at the end of the segment.
-//! - **Thread safety**: `Send + Sync`. One mutex guards the pool; the critical section of an
+//! - **Thread safety**: `Send + Sync`. One spin lock (`crate::sync::SpinMutex`) guards the pool; the critical section of an
 //!   allocation or a free is a few dozen instructions and makes no driver call.
 //! - **Streams**: each stream has its own free lists. Memory freed on stream A is reused on A
 //!   at once. A free records nothing (RMM records an event on every free); only when an
@@ -54,11 +54,11 @@ use crate::mr::detail::source::Source;
 use crate::mr::detail::stream_order::StreamOrder;
 use crate::mr::pool_options::{Backing, Growth, PoolOptions};
 use crate::mr::{assert_resource, DeviceMemoryResource, MrError, MrResult};
-use crate::sync::{Mutex, MutexGuard};
+use crate::sync::{SpinGuard, SpinMutex};
 
 const NAME: &str = "PoolResource";
 
-/// What the mutex guards.
+/// What the lock guards.
 #[derive(Debug, Default)]
 struct PoolState {
     heap: CoalescingHeap,
@@ -83,7 +83,7 @@ struct PoolState {
 pub struct PoolResource<Up: DeviceMemoryResource> {
     upstream: Up,
     options: PoolOptions,
-    state: Mutex<PoolState>,
+    state: SpinMutex<PoolState>,
     /// The context current when the pool was built: made current for every driver call
     /// (growth, events, unmapping), so the pool stays on its device (rmm#1405).
     context: Option<ContextId>,
@@ -96,7 +96,7 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
             context: upstream.driver().current_context().ok(),
             upstream,
             options: PoolOptions::default(),
-            state: Mutex::new(PoolState::default()),
+            state: SpinMutex::new(PoolState::default()),
         }
     }
 
@@ -107,7 +107,7 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
             context: upstream.driver().current_context().ok(),
             upstream,
             options: PoolOptions::default().backing(Backing::Chunks),
-            state: Mutex::new(PoolState::default()),
+            state: SpinMutex::new(PoolState::default()),
         }
     }
 
@@ -134,7 +134,7 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
             context: upstream.driver().current_context().ok(),
             upstream,
             options,
-            state: Mutex::new(PoolState::default()),
+            state: SpinMutex::new(PoolState::default()),
         };
         if options.initial_size > 0 {
             let _ctx = ContextScope::enter(pool.upstream.driver(), pool.context);
@@ -266,9 +266,8 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
     }
 
     #[inline]
-    fn lock(&self) -> MutexGuard<'_, PoolState> {
-        // Nothing panics while the lock is held; were it poisoned, the state is still whole.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> SpinGuard<'_, PoolState> {
+        self.state.lock()
     }
 
     /// Budget: one slot lookup, a TLSF search, one split, one map insert — no driver call.
@@ -492,7 +491,7 @@ impl<Up: DeviceMemoryResource> DeviceMemoryResource for PoolResource<Up> {
 impl<Up: DeviceMemoryResource> Drop for PoolResource<Up> {
     fn drop(&mut self) {
         let _ctx = ContextScope::enter(self.upstream.driver(), self.context);
-        let st = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
+        let st = self.state.get_mut();
         let _scope = CallerScope::enter(NAME);
         let driver = self.upstream.driver();
         st.order.destroy(driver);

@@ -188,10 +188,10 @@ impl CoalescingHeap {
                 prev_free: NIL,
                 next_free: NIL,
                 owner: slot as u32,
+                class: 0,
             });
-            if b.next_phys != NIL {
-                self.slab.get_mut(b.next_phys).prev_phys = rest;
-            }
+            // The sentinel's link at a chunk's end.
+            self.slab.get_mut(b.next_phys).prev_phys = rest;
             let blk = self.slab.get_mut(i);
             blk.next_phys = rest;
             blk.size = size;
@@ -308,6 +308,7 @@ impl CoalescingHeap {
             prev_free: NIL,
             next_free: NIL,
             owner: slot as u32,
+            class: 0,
         });
         if self.wilderness {
             debug_assert!(self.chunks.is_empty(), "a segment is one chunk");
@@ -437,7 +438,8 @@ impl CoalescingHeap {
             (b.prev_phys, b.next_phys)
         };
         let mut wild = self.wilderness && next == NIL;
-        if next != NIL && self.slab.get(next).owner == owner {
+        // The sentinel (NIL) is never free, so it is never merged.
+        if self.slab.get(next).owner == owner {
             if self.wild == Some(next) {
                 wild = true;
             } else {
@@ -445,7 +447,7 @@ impl CoalescingHeap {
             }
             self.absorb_next(i, next);
         }
-        if prev != NIL && self.slab.get(prev).owner == owner {
+        if self.slab.get(prev).owner == owner {
             self.lists[slot].index.remove(self.slab.all_mut(), prev);
             self.absorb_next(prev, i);
             i = prev;
@@ -467,9 +469,7 @@ impl CoalescingHeap {
         let b = self.slab.get_mut(lo);
         b.size += size;
         b.next_phys = next_phys;
-        if next_phys != NIL {
-            self.slab.get_mut(next_phys).prev_phys = lo;
-        }
+        self.slab.get_mut(next_phys).prev_phys = lo;
         self.slab.remove(hi);
     }
 

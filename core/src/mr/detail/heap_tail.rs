@@ -68,6 +68,7 @@ impl CoalescingHeap {
                 prev_free: NIL,
                 next_free: NIL,
                 owner: slot as u32,
+                class: 0,
             });
             self.slab.get_mut(w).next_phys = rest;
             self.slab.get_mut(w).size = size;
@@ -121,6 +122,7 @@ impl CoalescingHeap {
                 prev_free: NIL,
                 next_free: NIL,
                 owner: slot as u32,
+                class: 0,
             });
             self.slab.get_mut(last).next_phys = i;
             self.wild = Some(i);
