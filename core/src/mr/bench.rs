@@ -27,7 +27,7 @@ use std::time::Instant;
 
 use crate::driver::{DevicePtr, Driver, StreamId};
 use crate::mr::{DeviceMemoryResource, MrError, MrResult};
-use crate::workloads::{self, SplitMix64, Workload};
+use crate::workloads::{Op, SplitMix64, Workload};
 
 /// How a benchmark runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -108,6 +108,9 @@ fn json_string(s: &str) -> String {
 /// Replays `workload` once against `resource` on `stream`, calling `after_alloc` after each
 /// allocation. Everything allocated is freed even when a step fails.
 ///
+/// The loop is the peers' (`shared/peers/src/workload.hpp`): one `(pointer, size)` per live
+/// entry, swap-remove on a free, so the harness charges emm what it charges them.
+///
 /// # Errors
 ///
 /// The first allocation or free error.
@@ -117,29 +120,45 @@ pub fn replay_once<R: DeviceMemoryResource + ?Sized>(
     stream: StreamId,
     mut after_alloc: impl FnMut() -> MrResult<()>,
 ) -> MrResult<()> {
-    let mut free_err = None;
-    workloads::replay(
-        workload,
-        |size| {
-            let n = usize::try_from(size).map_err(|_| MrError::OutOfMemory {
-                resource: resource.name(),
-                requested: size,
-                available: None,
-            })?;
-            let p = resource.allocate(n, stream)?;
-            if let Err(e) = after_alloc() {
-                let _ = resource.deallocate(p, n, stream);
-                return Err(e);
+    let mut live: Vec<(DevicePtr, usize)> = Vec::with_capacity(1024);
+    let mut failure = None;
+    for op in &workload.ops {
+        match *op {
+            Op::Alloc(size) => {
+                let Ok(n) = usize::try_from(size) else {
+                    failure = Some(MrError::OutOfMemory {
+                        resource: resource.name(),
+                        requested: size,
+                        available: None,
+                    });
+                    break;
+                };
+                match resource.allocate(n, stream) {
+                    Ok(p) => live.push((p, n)),
+                    Err(e) => {
+                        failure = Some(e);
+                        break;
+                    }
+                }
+                if let Err(e) = after_alloc() {
+                    failure = Some(e);
+                    break;
+                }
             }
-            Ok((p, n))
-        },
-        |(p, n): (DevicePtr, usize), _| {
-            if let Err(e) = resource.deallocate(p, n, stream) {
-                free_err.get_or_insert(e);
+            Op::Free(j) => {
+                let (p, n) = live.swap_remove(j);
+                if let Err(e) = resource.deallocate(p, n, stream) {
+                    failure.get_or_insert(e);
+                }
             }
-        },
-    )?;
-    free_err.map_or(Ok(()), Err)
+        }
+    }
+    while let Some((p, n)) = live.pop() {
+        if let Err(e) = resource.deallocate(p, n, stream) {
+            failure.get_or_insert(e);
+        }
+    }
+    failure.map_or(Ok(()), Err)
 }
 
 /// Builds a resource with `build`, then measures `workload` on it (see the module doc).
@@ -196,7 +215,6 @@ pub fn run<R: DeviceMemoryResource>(
 ///
 /// O(n).
 pub fn random_allocations(seed: u64, n: u64, max_size: u64, max_usage: u64) -> Workload {
-    use crate::workloads::Op;
     let mut rng = SplitMix64::new(seed);
     let mut ops = Vec::new();
     let mut live: Vec<u64> = Vec::new();
