@@ -103,8 +103,8 @@ impl CoalescingHeap {
 
     /// Bytes in free blocks, all streams together.
     pub(crate) fn free_bytes(&self) -> u64 {
-        let wild = self.wild.map_or(0, |w| self.slab.get(w).size);
-        wild + self.lists.iter().map(|l| l.index.free_bytes()).sum::<u64>()
+        // Blocks tile the chunks, so every held byte is in a live block or a free one.
+        self.held - self.live_bytes
     }
 
     /// Bytes in live blocks (granule-rounded).
@@ -123,7 +123,7 @@ impl CoalescingHeap {
             + self
                 .lists
                 .iter()
-                .map(|l| l.index.free_blocks())
+                .map(|l| l.index.free_blocks(self.slab.all()))
                 .sum::<usize>()
     }
 
@@ -237,7 +237,7 @@ impl CoalescingHeap {
         {
             self.take_wild(to);
         }
-        let mut moved = Vec::with_capacity(self.lists[from].index.free_blocks());
+        let mut moved = Vec::new();
         self.lists[from].index.collect(self.slab.all(), &mut moved);
         for i in moved {
             self.lists[from].index.remove(self.slab.all_mut(), i);
@@ -254,7 +254,7 @@ impl CoalescingHeap {
     pub(crate) fn unify(&mut self, to: usize) {
         let wild = self.wild.map(|w| self.slab.get(w).owner as usize);
         for from in 0..self.lists.len() {
-            if from != to && (self.lists[from].index.free_blocks() > 0 || wild == Some(from)) {
+            if from != to && (!self.lists[from].index.is_empty() || wild == Some(from)) {
                 self.adopt(to, from);
             }
         }
@@ -288,7 +288,7 @@ impl CoalescingHeap {
         self.lists
             .iter()
             .enumerate()
-            .filter(|&(slot, l)| l.index.free_blocks() > 0 || wild == Some(slot))
+            .filter(|&(slot, l)| !l.index.is_empty() || wild == Some(slot))
             .count()
     }
 
@@ -558,6 +558,7 @@ impl CoalescingHeap {
     pub(crate) fn check(&self) -> Result<(), String> {
         let blocks = self.slab.all();
         let mut live = 0;
+        let mut live_bytes = 0;
         let mut held = 0;
         for c in &self.chunks {
             held += c.size;
@@ -575,6 +576,7 @@ impl CoalescingHeap {
                     }
                 } else {
                     live += 1;
+                    live_bytes += b.size;
                     if self.live.get(b.addr) != Some(i) {
                         return Err(format!("live block at {:#x} not in the map", b.addr));
                     }
@@ -587,10 +589,11 @@ impl CoalescingHeap {
                 return Err(format!("chunk {:#x} not fully tiled", c.base));
             }
         }
-        if live != self.live_count || held != self.held {
+        if live != self.live_count || held != self.held || live_bytes != self.live_bytes {
             return Err(format!(
-                "counts: {live} live blocks seen, {} counted; {held} held, {} counted",
-                self.live_count, self.held
+                "counts: {live} live blocks seen, {} counted; {held} held, {} counted; \
+                 {live_bytes} live bytes seen, {} counted (free bytes are held minus live)",
+                self.live_count, self.held, self.live_bytes
             ));
         }
         let mut filed = Vec::new();

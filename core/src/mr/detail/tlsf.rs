@@ -67,10 +67,6 @@ pub(crate) struct TlsfIndex {
     fl_bitmap: u64,
     sl_bitmap: [u32; FL_COUNT],
     heads: [u32; FL_COUNT * SL_COUNT],
-    /// Bytes in the lists.
-    free_bytes: u64,
-    /// Blocks in the lists.
-    free_blocks: usize,
 }
 
 impl Default for TlsfIndex {
@@ -79,23 +75,27 @@ impl Default for TlsfIndex {
             fl_bitmap: 0,
             sl_bitmap: [0; FL_COUNT],
             heads: [NIL; FL_COUNT * SL_COUNT],
-            free_bytes: 0,
-            free_blocks: 0,
         }
     }
 }
 
 impl TlsfIndex {
-    /// Bytes in the lists.
+    /// Whether the lists hold no block. (No counts are kept: the hot path updates only
+    /// links, heads and bitmaps; the heap knows its free bytes as held minus live.)
     #[inline]
-    pub(crate) fn free_bytes(&self) -> u64 {
-        self.free_bytes
+    pub(crate) fn is_empty(&self) -> bool {
+        self.fl_bitmap == 0
     }
 
-    /// Number of blocks in the lists.
-    #[inline]
-    pub(crate) fn free_blocks(&self) -> usize {
-        self.free_blocks
+    /// Number of blocks in the lists, counted.
+    ///
+    /// # Time complexity
+    ///
+    /// O(classes + blocks): for statistics and tests.
+    pub(crate) fn free_blocks(&self, blocks: &[Block]) -> usize {
+        let mut all = Vec::new();
+        self.collect(blocks, &mut all);
+        all.len()
     }
 
     /// Files block `i` (free, size set) at the head of its class list.
@@ -120,8 +120,6 @@ impl TlsfIndex {
         self.heads[slot] = i;
         self.fl_bitmap |= 1 << fl;
         self.sl_bitmap[fl] |= 1 << sl;
-        self.free_bytes += blocks[i as usize].size;
-        self.free_blocks += 1;
     }
 
     /// Unlinks block `i`, which must be in these lists.
@@ -132,7 +130,6 @@ impl TlsfIndex {
     #[inline(always)]
     pub(crate) fn remove(&mut self, blocks: &mut [Block], i: u32) {
         let Block {
-            size,
             prev_free,
             next_free,
             class,
@@ -150,8 +147,6 @@ impl TlsfIndex {
         self.heads[slot] = head;
         self.sl_bitmap[fl] &= !(u32::from(head == NIL) << sl);
         self.fl_bitmap &= !(u64::from(self.sl_bitmap[fl] == 0) << fl);
-        self.free_bytes -= size;
-        self.free_blocks -= 1;
     }
 
     /// A free block of at least `size` bytes (a positive multiple of [`GRANULE`]), still
@@ -282,7 +277,7 @@ mod tests {
         for i in 1..blocks.len() as u32 {
             t.insert(&mut blocks, i);
         }
-        assert_eq!(t.free_blocks(), sizes.len());
+        assert_eq!(t.free_blocks(&blocks), sizes.len());
         for want in [
             256u64,
             512,
@@ -305,7 +300,7 @@ mod tests {
         let mut all = Vec::new();
         t.collect(&blocks, &mut all);
         assert_eq!(all.len(), sizes.len() - 1);
-        assert_eq!(t.free_bytes(), sizes.iter().sum::<u64>() - (3 << 30));
+        assert_eq!(t.free_blocks(&blocks), sizes.len() - 1);
     }
 
     #[test]
