@@ -46,7 +46,9 @@ pub(crate) use loom_thread_local as thread_local;
 /// `std::sync::Mutex` must swap to learn whether a thread sleeps on it. Measured on the H100's
 /// host (`docs/results/2026-11-22-h100-s3/host-floor.txt`), every locked instruction costs
 /// 9–10 ns there: a std lock + unlock pair 20.5 ns, this one 10.5. A waiter spins briefly, then
-/// yields its core; there is no poisoning (nothing panics while the pool's lock is held).
+/// yields its core, then sleeps in short naps (a holder may be growing the pool through the
+/// driver, which takes milliseconds); there is no poisoning (nothing panics while the pool's
+/// lock is held).
 #[cfg(not(loom))]
 mod spin {
     use std::cell::UnsafeCell;
@@ -55,6 +57,10 @@ mod spin {
 
     /// Spins this many times before yielding: a holder's critical section is well under 1 µs.
     const SPINS_BEFORE_YIELD: u32 = 100;
+    /// Yields this many times before napping: past that, the holder is in a driver call.
+    const YIELDS_BEFORE_NAP: u32 = 100;
+    /// A waiter's nap once the holder has been slow.
+    const NAP: std::time::Duration = std::time::Duration::from_micros(20);
 
     /// A spin lock around `T` (see the module's note).
     #[derive(Default)]
@@ -93,16 +99,18 @@ mod spin {
         #[cold]
         #[inline(never)]
         fn lock_contended(&self) {
-            let mut spins = 0;
+            let mut waited = 0;
             loop {
                 // Wait on a plain load, so waiters do not fight over the cache line.
                 while self.locked.load(Ordering::Relaxed) {
-                    if spins < SPINS_BEFORE_YIELD {
-                        spins += 1;
+                    if waited < SPINS_BEFORE_YIELD {
                         std::hint::spin_loop();
-                    } else {
+                    } else if waited < SPINS_BEFORE_YIELD + YIELDS_BEFORE_NAP {
                         std::thread::yield_now();
+                    } else {
+                        std::thread::sleep(NAP);
                     }
+                    waited = waited.saturating_add(1);
                 }
                 if self
                     .locked
@@ -181,6 +189,21 @@ mod spin {
                 t.join().unwrap();
             }
             assert_eq!(*m.lock(), (200_000, 200_000));
+        }
+
+        #[test]
+        fn a_waiter_gets_the_lock_after_a_long_hold() {
+            let m = Arc::new(SpinMutex::new(0u32));
+            let g = m.lock();
+            let waiter = {
+                let m = m.clone();
+                std::thread::spawn(move || *m.lock() += 1)
+            };
+            // Long enough for the waiter to spin, yield and nap.
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            drop(g);
+            waiter.join().unwrap();
+            assert_eq!(*m.lock(), 1);
         }
     }
 }

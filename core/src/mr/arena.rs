@@ -27,7 +27,7 @@ use crate::mr::detail::heap::{round_to_granule, CoalescingHeap, FreeError};
 use crate::mr::detail::stream_order::StreamOrder;
 use crate::mr::pool::PoolResource;
 use crate::mr::{assert_resource, DeviceMemoryResource, MrError, MrResult};
-use crate::sync::{thread_local, AtomicU64, AtomicUsize, Mutex, MutexGuard, Ordering};
+use crate::sync::{thread_local, AtomicU64, AtomicUsize, Ordering, SpinGuard, SpinMutex};
 
 const NAME: &str = "ArenaResource";
 
@@ -56,7 +56,7 @@ struct Arena {
 
 /// Per-thread arenas over a global arena.
 pub struct ArenaResource<Up: DeviceMemoryResource> {
-    arenas: Box<[Mutex<Arena>]>,
+    arenas: Box<[SpinMutex<Arena>]>,
     global: PoolResource<Up>,
     /// Calls into `global` (its lock taken: superblocks moved, large requests), for
     /// [`DeviceMemoryResource::chunk_moves`].
@@ -77,7 +77,7 @@ impl<Up: DeviceMemoryResource> ArenaResource<Up> {
     pub fn with_arenas(upstream: Up, arenas: usize) -> Self {
         ArenaResource {
             arenas: (0..arenas.max(1))
-                .map(|_| Mutex::new(Arena::default()))
+                .map(|_| SpinMutex::new(Arena::default()))
                 .collect(),
             // Chunks, as before pools could grow a segment: the arena manager exports memory
             // over IPC, which takes cuMemAlloc memory only.
@@ -120,11 +120,8 @@ impl<Up: DeviceMemoryResource> ArenaResource<Up> {
         self.global.deallocate(ptr, bytes, stream)
     }
 
-    fn lock(&self, k: usize) -> MutexGuard<'_, Arena> {
-        // Nothing panics while the lock is held; were it poisoned, the state is still whole.
-        self.arenas[k % self.arenas.len()]
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+    fn lock(&self, k: usize) -> SpinGuard<'_, Arena> {
+        self.arenas[k % self.arenas.len()].lock()
     }
 
     #[inline]
@@ -345,7 +342,7 @@ impl<Up: DeviceMemoryResource> Drop for ArenaResource<Up> {
         let _scope = CallerScope::enter(NAME);
         let driver = self.global.driver();
         for a in self.arenas.iter_mut() {
-            let a = a.get_mut().unwrap_or_else(|e| e.into_inner());
+            let a = a.get_mut();
             a.order.destroy(driver);
         }
         // Superblocks are still live in the global arena, last used on streams the default
