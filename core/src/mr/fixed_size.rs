@@ -5,7 +5,7 @@
 //!   block per request of up to the block size. Free blocks sit on a stack per stream, so
 //!   allocation and free are a pop and a push. A request larger than the block size is
 //!   refused with [`MrError::InvalidArgument`] (put the resource in a `BinningResource`).
-//! - **Thread safety**: `Send + Sync`; one mutex guards the stacks, held for a pop or a push.
+//! - **Thread safety**: `Send + Sync`; one spin lock guards the stacks, held for a pop or a push.
 //! - **Streams**: as `PoolResource`: blocks freed on stream A are reused on A at once; when B
 //!   runs out it takes all of A's free blocks after recording a cached event on A and making
 //!   B wait on it — lazily, so a free never calls the driver.
@@ -15,8 +15,6 @@
 //!   O(1) with no search at all; a request wastes the block size minus its size, so use it
 //!   for sizes near the block size.
 
-use std::sync::{Mutex, MutexGuard};
-
 use crate::attribution::CallerScope;
 use crate::driver::{DevicePtr, Driver, StreamId};
 use crate::mr::detail::addr_map::AddrMap;
@@ -24,6 +22,7 @@ use crate::mr::detail::growth::CHUNK_GRANULARITY;
 use crate::mr::detail::heap::round_to_granule;
 use crate::mr::detail::stream_order::StreamOrder;
 use crate::mr::{assert_resource, DeviceMemoryResource, MrError, MrResult};
+use crate::sync::{SpinGuard, SpinMutex};
 
 const NAME: &str = "FixedSizeResource";
 
@@ -59,7 +58,7 @@ pub struct FixedSizeResource<Up: DeviceMemoryResource> {
     upstream: Up,
     block_size: u64,
     blocks_per_chunk: u64,
-    state: Mutex<FixedState>,
+    state: SpinMutex<FixedState>,
 }
 
 impl<Up: DeviceMemoryResource> FixedSizeResource<Up> {
@@ -108,7 +107,7 @@ impl<Up: DeviceMemoryResource> FixedSizeResource<Up> {
             upstream,
             block_size,
             blocks_per_chunk,
-            state: Mutex::new(FixedState::default()),
+            state: SpinMutex::new(FixedState::default()),
         })
     }
 
@@ -128,9 +127,8 @@ impl<Up: DeviceMemoryResource> FixedSizeResource<Up> {
     }
 
     #[inline]
-    fn lock(&self) -> MutexGuard<'_, FixedState> {
-        // Nothing panics while the lock is held; were it poisoned, the state is still whole.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> SpinGuard<'_, FixedState> {
+        self.state.lock()
     }
 
     /// The stream's stack is empty: take another stream's blocks, or a new chunk.
@@ -303,7 +301,7 @@ impl<Up: DeviceMemoryResource> DeviceMemoryResource for FixedSizeResource<Up> {
 
 impl<Up: DeviceMemoryResource> Drop for FixedSizeResource<Up> {
     fn drop(&mut self) {
-        let st = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
+        let st = self.state.get_mut();
         let _scope = CallerScope::enter(NAME);
         st.order.destroy(self.upstream.driver());
         // Blocks were last used on streams the default stream may not be ordered with: wait
