@@ -102,17 +102,18 @@ impl AddrMap {
         (g + 1) & (self.groups.len() - 1)
     }
 
-    /// The group and slot holding `key`, if present.
+    /// The group and slot holding `key`, if present, with the key's home group.
     #[inline(always)]
-    fn find(&self, key: u64) -> Option<(usize, usize)> {
-        let (mut g, tag) = self.home(key);
+    fn find(&self, key: u64) -> Option<(usize, usize, usize)> {
+        let (home, tag) = self.home(key);
+        let mut g = home;
         loop {
             let group = &self.groups[g];
             let mut m = matching(group.tags, tag);
             while m != 0 {
                 let j = first(m);
                 if group.keys[j] == key {
-                    return Some((g, j));
+                    return Some((g, j, home));
                 }
                 m &= m - 1;
             }
@@ -162,7 +163,7 @@ impl AddrMap {
         if key == 0 {
             return None;
         }
-        self.find(key).map(|(g, j)| self.groups[g].values[j])
+        self.find(key).map(|(g, j, _)| self.groups[g].values[j])
     }
 
     /// Removes `key`, returning its value if it was present.
@@ -175,13 +176,12 @@ impl AddrMap {
         if key == 0 {
             return None;
         }
-        let (g, j) = self.find(key)?;
+        let (g, j, mut h) = self.find(key)?;
         let group = &mut self.groups[g];
         group.tags &= !(0xFF << (8 * j));
         group.keys[j] = 0;
         let value = group.values[j];
         // The groups between the key's home and its slot counted it as passing.
-        let (mut h, _) = self.home(key);
         while h != g {
             self.groups[h].passed -= 1;
             h = self.next(h);
