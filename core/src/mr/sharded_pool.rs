@@ -271,9 +271,13 @@ impl Shard {
     /// Orders the live spare chunks for taking: the smallest of at least `need` bytes first,
     /// then the others largest first (the others keep the chunks their own large requests
     /// need); among those that fit, first those `covered` says need no event.
+    ///
+    /// # Time complexity
+    ///
+    /// O(spare · (log spare + the cost of `covered`)): each key is computed once.
     fn spare_in_order(&mut self, need: u64, covered: impl Fn(&Spare) -> bool) {
         self.prune_spare();
-        self.spare.sort_unstable_by_key(|e| {
+        self.spare.sort_by_cached_key(|e| {
             if e.size >= need {
                 (false, !covered(e), e.size, e.base)
             } else {
