@@ -131,10 +131,12 @@ fn memory_one_thread_stops_using_serves_another() {
     on_thread(&g, fill);
     let (held, live) = r.shard_bytes();
     assert_eq!(live, 0);
-    // The first thread's shard kept its 700 MiB when it freed them; the second thread's
-    // growth took them from it (two fills would not fit in 1 GiB), so the shards hold one
-    // fill, not two, and the device holds no more.
-    let bound = 700 * MIB + 700 * MIB / 20 + 2 * SHARD_CHUNK;
+    // The first thread's shard kept its 700 MiB when it freed them (its recent peak); the
+    // second thread's growth took from the shared pool while it held at most 1.15 × the
+    // peak of live bytes, then took the first shard's chunks (two fills would not fit in
+    // 1 GiB), so the shards hold one fill and the budget's margin, not two fills, and the
+    // device holds no more.
+    let bound = 700 * MIB + 700 * MIB / 5;
     assert!(
         held <= bound,
         "the shards kept {held} bytes, more than {bound}"
@@ -240,9 +242,8 @@ fn held_stays_under_a_quarter_above_peak_live_with_up_to_eight_threads() {
             "{res:?}"
         );
         // The bound for 16 threads on the GPU host.
-        let bound = 1.25;
         assert!(
-            res.held_over_live() <= bound,
+            res.within_held_bound(),
             "{threads} threads, shared stream {shared_stream}: held {:.3} × peak live",
             res.held_over_live()
         );
@@ -348,9 +349,193 @@ fn w1_shaped_churn_by_four_threads_stays_in_the_shards() {
             res.timed_ops
         );
         assert!(
-            res.held_over_live() <= 1.25,
+            res.within_held_bound(),
             "shared stream {shared_stream}: held {:.3} × peak live",
             res.held_over_live()
         );
     }
+}
+
+/// Stream-ordering calls in the trace: event records and waits.
+fn ordering_calls(g: &SimDriver) -> usize {
+    g.trace()
+        .iter()
+        .filter(|e| matches!(e.call, CallKind::EventRecord | CallKind::StreamWaitEvent))
+        .count()
+}
+
+#[test]
+fn a_second_steal_of_chunks_freed_before_the_first_needs_no_new_event() {
+    // One thread fills 64 chunks on stream a and frees them; another, on stream b, takes them
+    // in batches. The first batch orders b after a (an event recorded on a after every free);
+    // the later batches were freed before that record, so they need no event of their own.
+    let g = gpu(GIB);
+    let r = sharded(&g, 4);
+    let (a, b) = (
+        g.stream_create(true).unwrap(),
+        g.stream_create(true).unwrap(),
+    );
+    on_thread(&g, || {
+        let ps: Vec<_> = (0..64).map(|_| r.allocate(1 << 20, a).unwrap()).collect();
+        for p in ps {
+            g.device_access(p, 1 << 20, a, true).unwrap();
+            r.deallocate(p, 1 << 20, a).unwrap();
+        }
+    });
+    let (before, moves) = (ordering_calls(&g), r.chunk_moves().unwrap());
+    let qs = on_thread(&g, || {
+        let qs: Vec<_> = (0..32).map(|_| r.allocate(1 << 20, b).unwrap()).collect();
+        for &q in &qs {
+            g.device_access(q, 1 << 20, b, true).unwrap();
+        }
+        qs
+    });
+    let steals = r.chunk_moves().unwrap() - moves;
+    assert!(steals >= 2, "{steals} moves: the 32 MiB came in batches");
+    assert_eq!(
+        ordering_calls(&g) - before,
+        2,
+        "one record and one wait for {steals} batches"
+    );
+    g.context_synchronize().unwrap();
+    assert!(g.report().violations.is_empty(), "{:?}", g.report());
+    for q in qs {
+        r.deallocate(q, 1 << 20, b).unwrap();
+    }
+    // A chunk freed on a after that record still needs one.
+    let p = on_thread(&g, || r.allocate(1 << 20, a)).unwrap();
+    g.device_access(p, 1 << 20, a, true).unwrap();
+    r.deallocate(p, 1 << 20, a).unwrap();
+    g.context_synchronize().unwrap();
+    assert!(g.report().violations.is_empty(), "{:?}", g.report());
+    r.release().unwrap();
+    for s in [a, b] {
+        g.stream_destroy(s).unwrap();
+    }
+}
+
+#[test]
+fn a_chunk_made_wholly_free_by_adopting_another_stream_serves_another_thread() {
+    // Two 1 MiB chunks, each a 256 KiB block freed on a and a 768 KiB block freed on b: no
+    // chunk is wholly free. A 700 KiB request on a adopts b's blocks, which makes both chunks
+    // wholly free and uses one; the other must be found by the next thread's growth, not
+    // left out of sight until `release`.
+    let g = gpu(GIB);
+    let r = sharded(&g, 4);
+    let (a, b) = (
+        g.stream_create(true).unwrap(),
+        g.stream_create(true).unwrap(),
+    );
+    let (small, large) = (256 << 10, 768 << 10);
+    let (p1, q1, p2, q2) = (
+        r.allocate(small, a).unwrap(),
+        r.allocate(large, a).unwrap(),
+        r.allocate(small, a).unwrap(),
+        r.allocate(large, a).unwrap(),
+    );
+    assert_eq!((q1.0 - p1.0, q2.0 - p2.0), (small as u64, small as u64));
+    for q in [q1, q2] {
+        r.deallocate(q, large, b).unwrap();
+    }
+    for p in [p1, p2] {
+        r.deallocate(p, small, a).unwrap();
+    }
+    let used = r.allocate(700 << 10, a).unwrap();
+    let other = if used == p1 { p2 } else { p1 };
+    assert!(used == p1 || used == p2, "served from an adopted chunk");
+    let held = g.device_memory_used(DeviceId(0));
+    // Another thread, on stream a: the wholly free chunk moves to its shard.
+    let taken = on_thread(&g, || r.allocate(1 << 20, a)).unwrap();
+    assert_eq!(taken, other, "the chunk the adoption freed");
+    assert_eq!(g.device_memory_used(DeviceId(0)), held, "no new memory");
+    r.deallocate(taken, 1 << 20, a).unwrap();
+    r.deallocate(used, 700 << 10, a).unwrap();
+    g.context_synchronize().unwrap();
+    assert!(g.report().violations.is_empty(), "{:?}", g.report());
+    r.release().unwrap();
+    for s in [a, b] {
+        g.stream_destroy(s).unwrap();
+    }
+}
+
+#[test]
+fn w1_shaped_lists_out_of_step_move_few_chunks_and_hold_a_quarter_above_peak_live() {
+    // Threads out of step at their most: each replays its own W1-shaped random walk (its own
+    // seed) on its own stream, so memory must flow from threads whose live bytes fall to
+    // threads whose live bytes climb. Moves stay rare (growth takes up to 1/64 of live at
+    // once, steals up to 1/8, and a shard keeps its recent peak while memory held allows)
+    // and held stays within the bound the bench checks.
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let threads = 4u64;
+    let g = SimDriver::new(
+        SimConfig::new(13)
+            .memory_per_device(16 * GIB)
+            .track_contents(false)
+            .record_trace(false),
+    )
+    .unwrap();
+    let r = sharded(&Arc::new(g.clone()), 8);
+    let lists: Vec<Workload> = (0..threads)
+        .map(|k| {
+            Workload::new(
+                "w1-shaped",
+                emm_core::workloads::random_walk(0xA11C_0001 + k, 20_000, 1 << 20, 8 * GIB),
+            )
+        })
+        .collect();
+    let (live, peak_live, peak_held) = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
+    let ctx = g.current_context().unwrap();
+    let barrier = Barrier::new(threads as usize);
+    // One pass to grow the shards, then two counted, as the bench counts its timed rounds.
+    let counted: u64 = 2 * lists.iter().map(|w| w.ops.len() as u64).sum::<u64>();
+    let warm_moves = AtomicU64::new(0);
+    std::thread::scope(|s| {
+        for (k, w) in lists.iter().enumerate() {
+            let (g, r, live, peak_live, peak_held, barrier, warm_moves) =
+                (&g, &r, &live, &peak_live, &peak_held, &barrier, &warm_moves);
+            s.spawn(move || {
+                g.set_current_context(ctx).unwrap();
+                let stream = g.stream_create(true).unwrap();
+                barrier.wait();
+                for pass in 0..3 {
+                    if pass == 1 {
+                        barrier.wait();
+                        if k == 0 {
+                            warm_moves.store(r.chunk_moves().unwrap(), Ordering::Relaxed);
+                        }
+                        barrier.wait();
+                    }
+                    emm_core::workloads::replay(
+                        w,
+                        |size| {
+                            let p = r.allocate(size as usize, stream)?;
+                            let now = live.fetch_add(size, Ordering::Relaxed) + size;
+                            peak_live.fetch_max(now, Ordering::Relaxed);
+                            peak_held
+                                .fetch_max(g.device_memory_used(DeviceId(0)), Ordering::Relaxed);
+                            Ok::<_, emm_core::mr::MrError>((p, size))
+                        },
+                        |(p, size): (emm_core::DevicePtr, u64), _| {
+                            live.fetch_sub(size, Ordering::Relaxed);
+                            r.deallocate(p, size as usize, stream).unwrap()
+                        },
+                    )
+                    .unwrap();
+                }
+                g.context_synchronize().unwrap();
+                g.stream_destroy(stream).unwrap();
+            });
+        }
+    });
+    let moved = r.chunk_moves().unwrap() - warm_moves.into_inner();
+    let moves = moved as f64 * 1000.0 / counted as f64;
+    let held = peak_held.into_inner() as f64 / peak_live.into_inner() as f64;
+    // Measured on 2 cores here: 0.15–1.3 moves per 1 000 operations with held 1.14–1.18
+    // (0.4–1.7 and 1.13–1.18 before growth took more than 1 MiB at once and shards kept
+    // their recent peaks); a thread in step with its list moves nothing (the test above).
+    assert!(moves <= 3.0, "{moves:.2} chunk moves per 1 000 operations");
+    assert!(
+        held <= bench_threads::HELD_BOUND,
+        "held {held:.3} × peak live"
+    );
 }

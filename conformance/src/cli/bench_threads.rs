@@ -49,6 +49,17 @@ pub fn print(r: &ThreadsResult, backend: &str, json: bool) {
             per_kop(r.chunk_moves_per_kop())
         );
     }
+    if !r.within_held_bound() {
+        eprintln!(
+            "emm bench: {} {} by {} threads ({} streams) held {:.3} × peak live, over the bound of {}",
+            r.resource,
+            r.workload,
+            r.threads,
+            if r.shared_stream { "shared" } else { "own" },
+            r.held_over_live(),
+            bench_threads::HELD_BOUND
+        );
+    }
 }
 
 /// The table's header: the last two columns are the resource's driver calls and chunk moves

@@ -46,6 +46,11 @@ use crate::mr::bench::replay_once;
 use crate::mr::{DeviceMemoryResource, MrError, MrResult};
 use crate::workloads::{self, Workload};
 
+/// The most memory a resource may hold from the device, as a multiple of the peak of all
+/// threads' live bytes together, on the standard workloads by up to 16 threads (the scaling
+/// target of issue #11: throughput × 8 from 1 to 16 threads within this bound).
+pub const HELD_BOUND: f64 = 1.25;
+
 /// How a many-threads benchmark runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ThreadsConfig {
@@ -119,6 +124,11 @@ impl ThreadsResult {
             return 0.0;
         }
         self.peak_held_bytes as f64 / self.peak_live_bytes as f64
+    }
+
+    /// Whether memory held stayed within [`HELD_BOUND`] × peak live (`true` when not measured).
+    pub fn within_held_bound(&self) -> bool {
+        self.held_over_live() <= HELD_BOUND
     }
 
     /// Driver calls per 1 000 operations over the timed rounds, all classes together.
