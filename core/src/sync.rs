@@ -1,7 +1,9 @@
-//! The synchronization primitives of the fine-grained resources ([`ShardedPoolResource`],
-//! [`ArenaResource`] and the [`PoolResource`] behind them): std's, or loom's when built with
-//! `RUSTFLAGS="--cfg loom"`, so that `tests/loom_sharded.rs` can model-check their locking
-//! (`cargo xtask loom`). The same names either way: the resources import them from here.
+//! The synchronization primitives of the suballocating resources ([`PoolResource`],
+//! [`ShardedPoolResource`], [`ArenaResource`], `FixedSizeResource`): a spin lock of emm's own
+//! (`SpinMutex`, below) with std's atomics and thread-locals — or, when built with
+//! `RUSTFLAGS="--cfg loom"`, loom's mutex behind the same API and loom's atomics, so that
+//! `tests/loom_sharded.rs` can model-check their locking (`cargo xtask loom`). The same names
+//! either way: the resources import them from here.
 //!
 //! [`ShardedPoolResource`]: crate::mr::ShardedPoolResource
 //! [`ArenaResource`]: crate::mr::ArenaResource
@@ -12,7 +14,6 @@ pub(crate) use spin::{SpinGuard, SpinMutex};
 #[cfg(not(loom))]
 pub(crate) use std::{
     sync::atomic::{AtomicU64, AtomicUsize, Ordering},
-    sync::{Mutex, MutexGuard},
     thread_local,
 };
 
@@ -20,10 +21,7 @@ pub(crate) use std::{
 // on one OS thread, so std's would be shared), and its `Mutex` is a point where loom switches
 // threads.
 #[cfg(loom)]
-pub(crate) use loom::{
-    sync::atomic::{AtomicU64, AtomicUsize, Ordering},
-    sync::{Mutex, MutexGuard},
-};
+pub(crate) use loom::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// loom's `thread_local!`, which takes no `const { … }` initializer: the same key, built
 /// from the value.
@@ -62,7 +60,7 @@ mod spin {
     /// A waiter's nap once the holder has been slow.
     const NAP: std::time::Duration = std::time::Duration::from_micros(20);
 
-    /// A spin lock around `T` (see the module's note).
+    /// A spin lock around `T` (see the note on `spin`).
     #[derive(Default)]
     pub(crate) struct SpinMutex<T> {
         locked: AtomicBool,
@@ -125,6 +123,15 @@ mod spin {
         /// The value, through an exclusive borrow of the lock (no locking needed).
         pub(crate) fn get_mut(&mut self) -> &mut T {
             self.value.get_mut()
+        }
+    }
+
+    impl<T> std::fmt::Debug for SpinMutex<T> {
+        /// Shows whether the lock is held, not the value: reading it would need the lock.
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.debug_struct("SpinMutex")
+                .field("locked", &self.locked.load(Ordering::Relaxed))
+                .finish_non_exhaustive()
         }
     }
 

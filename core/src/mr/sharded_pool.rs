@@ -62,7 +62,7 @@ use crate::mr::detail::heap::{round_to_granule, Chunk, CoalescingHeap, FreeError
 use crate::mr::detail::stream_order::StreamOrder;
 use crate::mr::pool::PoolResource;
 use crate::mr::{assert_resource, DeviceMemoryResource, MrError, MrResult};
-use crate::sync::{thread_local, AtomicU64, AtomicUsize, Mutex, MutexGuard, Ordering};
+use crate::sync::{thread_local, AtomicU64, AtomicUsize, Ordering, SpinGuard, SpinMutex};
 
 const NAME: &str = "ShardedPoolResource";
 
@@ -349,7 +349,7 @@ struct Stolen {
 /// slow each other down.
 #[derive(Debug, Default)]
 #[repr(align(128))]
-struct Padded(Mutex<Shard>);
+struct Padded(SpinMutex<Shard>);
 
 /// A counter on a cache line of its own.
 #[derive(Debug, Default)]
@@ -453,12 +453,8 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
         self.shared.deallocate(ptr, bytes, stream)
     }
 
-    fn lock(&self, k: usize) -> MutexGuard<'_, Shard> {
-        // Nothing panics while the lock is held; were it poisoned, the state is still whole.
-        self.shards[k & self.mask]
-            .0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+    fn lock(&self, k: usize) -> SpinGuard<'_, Shard> {
+        self.shards[k & self.mask].0.lock()
     }
 
     #[inline]
@@ -987,7 +983,7 @@ impl<Up: DeviceMemoryResource> Drop for ShardedPoolResource<Up> {
         let _scope = CallerScope::enter(NAME);
         let driver = self.shared.driver();
         for s in self.shards.iter_mut() {
-            let s = s.0.get_mut().unwrap_or_else(|e| e.into_inner());
+            let s = s.0.get_mut();
             s.order.destroy(driver);
         }
         // Chunks are still live in the shared pool, last used on streams the default stream
