@@ -34,7 +34,8 @@
 //!   through an `Arc`.
 //! - **Use and cost**: the general-purpose suballocator. Allocation and free are O(1) and
 //!   allocate on the host only to grow their tables (amortized) and on a stream's first use
-//!   (33–42 ns per operation on W1, W2, W3 here: README, "Figures"); growth costs one upstream
+//!   (26–31 ns per operation on W1, W2, W3 on the 2-core build machine, 47–66 ns on the lent
+//!   H100's host: README, "The pool's hot path on the lent H100"); growth costs one upstream
 //!   call, or two driver calls per granule mapped and one more. Memory held at peak measured
 //!   1.06–1.08 × peak live bytes on W1, W2, W3 without preallocation (1.08–1.11 with chunks).
 //!   The segment's memory cannot be exported with `cuIpcGetMemHandle`: the pools of the
