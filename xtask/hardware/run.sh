@@ -13,7 +13,7 @@
 # 6 minutes: python/run_python.sh), `multigpu` (the multi-GPU tests), `threads-peers` (the
 # peers driven by many threads), `report` (`emm bench --report` with every chart).
 # ANCHOR_BUDGET_S for the peers' time budget, THREADS and ROUND_OPS for the many-threads runs
-# (default 1,2,4,8,16 and 1000000), BENCH_RESOURCES (the bench part's emm resources; default all), REPORT_RESOURCES (the report's emm resources), REPORT_PASSES (its timed passes), PEERS_RAW for peers' figures from an earlier call to put in
+# (default 1,2,4,8,16 and 1000000), BENCH_RESOURCES (the bench part's emm resources; default all), REPORT_RESOURCES (the report's emm resources), REPORT_THREADS_RESOURCES (its many-threads resources; default pool,sharded,arena), REPORT_PASSES (its timed passes), PEERS_RAW for peers' figures from an earlier call to put in
 # the report, EMM_VERDICT_DIR (the verdict store of the check part; default $RESULTS/verdicts).
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -147,6 +147,7 @@ if part report; then
   done
   "$EMM" bench --backend cuda --report "$RESULTS/report" --threads "${THREADS:-1,2,4,8,16}" \
     --round-ops "${ROUND_OPS:-1000000}" ${REPORT_PASSES:+--passes "$REPORT_PASSES"} --resource "${REPORT_RESOURCES:-pool,pool-vmm,sharded,arena,binning,async}" \
+    ${REPORT_THREADS_RESOURCES:+--threads-resource "$REPORT_THREADS_RESOURCES"} \
     ${PEER_FILES:+--peers "$PEER_FILES"} > "$RESULTS/report.log" 2>&1
   echo "report exit: $?"
   tail -3 "$RESULTS/report.log"

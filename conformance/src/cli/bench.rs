@@ -40,6 +40,10 @@ flags:
                      1,2,4,8,16; resources pool, sharded, arena), memory held against
                      time (W1), cost against free holes, peer registration (sim only):
                      results.jsonl, report.md and SVG charts
+  --threads-resource LIST
+                     with --report: the many-threads section's resources (default pool,
+                     sharded, arena; the shared pool is slow by 16 threads, so name fewer
+                     where a run must fit a time limit)
   --peers FILES      comma-separated outputs of the peers' harness (RESULT and THREADS
                      lines) to put beside emm's figures in the report
   --json             one JSON object per line: resource, workload, ops, ns_per_op,
@@ -86,10 +90,12 @@ pub(crate) struct Plan {
     pub(crate) report: Option<std::path::PathBuf>,
     pub(crate) peers: Vec<String>,
     pub(crate) round_ops: usize,
+    /// `--threads-resource`: the report's many-threads resources, when given.
+    pub(crate) threads_resources: Option<Vec<String>>,
     pub(crate) json: bool,
 }
 
-fn parse(mut a: Args) -> Result<Plan, String> {
+pub(crate) fn parse(mut a: Args) -> Result<Plan, String> {
     let backend = a.value("--backend")?.unwrap_or_else(|| "sim".into());
     let given = a.value("--resource")?;
     let resources_given = given.is_some();
@@ -105,6 +111,7 @@ fn parse(mut a: Args) -> Result<Plan, String> {
     let report = a.value("--report")?.map(std::path::PathBuf::from);
     let peers = list(a.value("--peers")?, &[]);
     let round_ops = a.number::<usize>("--round-ops")?.unwrap_or(1_000_000);
+    let threads_resources = a.value("--threads-resource")?.map(|v| list(Some(v), &[]));
     let json = a.flag("--json");
     a.finish()?;
     let mut shared = Vec::new();
@@ -138,6 +145,7 @@ fn parse(mut a: Args) -> Result<Plan, String> {
         report,
         peers,
         round_ops,
+        threads_resources,
         json,
     })
 }

@@ -49,6 +49,16 @@ fn threads_plan(plan: &Plan, threads: &[usize], named: bool) -> ThreadsPlan {
     }
 }
 
+/// The report's many-threads plan: `--resource` names the report's one-thread resources, so
+/// its threads run `--threads-resource`'s names when given, else [`THREADS_RESOURCES`].
+fn report_threads_plan(plan: &Plan, threads: &[usize]) -> ThreadsPlan {
+    let mut tp = threads_plan(plan, threads, false);
+    if let Some(names) = &plan.threads_resources {
+        tp.resources = names.clone();
+    }
+    tp
+}
+
 /// `emm bench --threads LIST`.
 pub(crate) fn threads(plan: &Plan, cuda: &Option<Arc<dyn Driver>>, threads: &[usize]) -> i32 {
     if !plan.json {
@@ -170,8 +180,7 @@ fn collect(
     eprintln!("==> many threads");
     let counts = plan.threads.clone().unwrap_or_else(|| vec![1, 2, 4, 8, 16]);
     threads_mode::header();
-    // `--resource` names the one-thread resources here; threads run the default three.
-    let tp = threads_plan(plan, &counts, false);
+    let tp = report_threads_plan(plan, &counts);
     let (th, f) = threads_mode::run(&tp, &|| make_driver(cuda), |r| {
         threads_mode::print(r, &plan.backend, false)
     })?;
@@ -242,4 +251,30 @@ fn collect(
         c.peers.extend(parse_peers(&text));
     }
     Ok((c, jsonl, failed))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{report_threads_plan, THREADS_RESOURCES};
+    use crate::cli::args::Args;
+    use crate::cli::bench::parse;
+
+    fn plan(args: &str) -> super::Plan {
+        parse(Args::new(
+            args.split_whitespace().map(String::from).collect(),
+        ))
+        .unwrap_or_else(|e| panic!("{args}: {e}"))
+    }
+
+    #[test]
+    fn the_reports_threads_run_threads_resource_else_the_default_three() {
+        let p = plan("--report out --resource pool-vmm,binning --threads-resource sharded");
+        assert_eq!(p.resources, ["pool-vmm", "binning"]);
+        assert_eq!(report_threads_plan(&p, &[1, 16]).resources, ["sharded"]);
+        let p = plan("--report out --resource pool-vmm");
+        assert_eq!(
+            report_threads_plan(&p, &[1]).resources,
+            THREADS_RESOURCES.map(String::from)
+        );
+    }
 }
