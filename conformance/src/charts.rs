@@ -11,7 +11,7 @@ use plotters::prelude::*;
 const PANEL: (u32, u32) = (640, 420);
 
 /// Colours of series, in order (colour-blind safe: Okabe–Ito, then greys).
-const PALETTE: [RGBColor; 10] = [
+const PALETTE: [RGBColor; 16] = [
     RGBColor(0, 114, 178),
     RGBColor(213, 94, 0),
     RGBColor(0, 158, 115),
@@ -22,7 +22,18 @@ const PALETTE: [RGBColor; 10] = [
     RGBColor(0, 0, 0),
     RGBColor(150, 150, 150),
     RGBColor(240, 228, 66),
+    // The report's one-thread chart has emm's resources and up to a dozen peers' rows: past
+    // ten, colours repeated and two series read as one.
+    RGBColor(128, 0, 32),
+    RGBColor(0, 0, 128),
+    RGBColor(128, 128, 0),
+    RGBColor(0, 128, 128),
+    RGBColor(117, 112, 179),
+    RGBColor(231, 41, 138),
 ];
+
+/// A legend row's height in pixels (13-point labels).
+const LEGEND_ROW_PX: f64 = 17.0;
 
 fn colour(i: usize) -> RGBColor {
     PALETTE[i % PALETTE.len()]
@@ -153,12 +164,17 @@ impl BarChart {
     pub fn to_svg(&self) -> Result<String, String> {
         let mut svg = String::new();
         {
-            let root = SVGBackend::with_string(&mut svg, (900, 480)).into_drawing_area();
+            let root = SVGBackend::with_string(&mut svg, (900, self.height())).into_drawing_area();
             root.fill(&WHITE).map_err(err)?;
             self.draw(&root)?;
             root.present().map_err(err)?;
         }
         Ok(svg)
+    }
+
+    /// Taller with many series, so that the legend leaves the bars most of the plot.
+    fn height(&self) -> u32 {
+        480 + 17 * self.series.len().saturating_sub(6) as u32
     }
 
     fn draw(&self, root: &Area<'_>) -> Result<(), String> {
@@ -167,8 +183,15 @@ impl BarChart {
             .iter()
             .flat_map(|(_, v)| v.iter().flatten().copied());
         let (lo, hi) = axis_range(values, self.log_y, true);
-        // Room above the tallest bar for the legend.
-        let hi = if self.log_y { hi * 10.0 } else { hi * 1.6 };
+        // Room above the tallest bar for the legend, which grows a row a series: the share of
+        // the plot it takes is kept free at the top of the axis.
+        let plot_px = f64::from(self.height()) - 110.0;
+        let legend = ((LEGEND_ROW_PX * self.series.len() as f64 + 24.0) / plot_px).clamp(0.25, 0.7);
+        let hi = if self.log_y {
+            lo * (hi / lo).powf(1.0 / (1.0 - legend))
+        } else {
+            lo + (hi - lo) / (1.0 - legend)
+        };
         let n_groups = self.groups.len().max(1);
         let n_series = self.series.len().max(1);
         let groups = self.groups.clone();
@@ -353,6 +376,27 @@ impl LineChart {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn many_series_get_distinct_colours_and_a_taller_chart() {
+        let series: Vec<(String, Vec<Option<f64>>)> = (0..14)
+            .map(|k| (format!("s{k}"), vec![Some(30.0 * (k + 1) as f64), Some(5e4)]))
+            .collect();
+        let chart = BarChart {
+            title: "t".into(),
+            y_label: "ns".into(),
+            log_y: true,
+            groups: vec!["W1".into(), "W2".into()],
+            series,
+        };
+        assert!(chart.height() > 480);
+        let colours: std::collections::HashSet<_> = (0..14).map(colour).collect();
+        assert_eq!(colours.len(), 14, "a colour repeats among 14 series");
+        let svg = chart.to_svg().unwrap();
+        if let Ok(path) = std::env::var("EMM_CHART_PREVIEW") {
+            std::fs::write(path, &svg).unwrap();
+        }
+    }
 
     #[test]
     fn charts_carry_their_labels_and_legends() {
