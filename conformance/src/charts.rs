@@ -380,7 +380,12 @@ mod tests {
     #[test]
     fn many_series_get_distinct_colours_and_a_taller_chart() {
         let series: Vec<(String, Vec<Option<f64>>)> = (0..14)
-            .map(|k| (format!("s{k}"), vec![Some(30.0 * (k + 1) as f64), Some(5e4)]))
+            .map(|k| {
+                (
+                    format!("s{k}"),
+                    vec![Some(30.0 * (k + 1) as f64), Some(5e4)],
+                )
+            })
             .collect();
         let chart = BarChart {
             title: "t".into(),
