@@ -50,7 +50,7 @@ impl Block {
 
 /// The record at index [`NIL`]: its links take writes that fall through empty lists and chunk
 /// ends; its size is 0 and its owner [`LIVE`], so no search or merge takes it.
-const SENTINEL: Block = Block {
+pub(crate) const SENTINEL: Block = Block {
     addr: 0,
     size: 0,
     requested: 0,

@@ -38,7 +38,8 @@ impl CoalescingHeap {
         };
         self.slab.get_mut(w).owner = slot as u32;
         let prev = self.slab.get(w).prev_phys;
-        if prev != NIL && self.slab.get(prev).owner == slot as u32 {
+        // The sentinel (NIL) is never free, so it is never merged (as in `file_free`).
+        if self.slab.get(prev).owner == slot as u32 {
             self.lists[slot].index.remove(self.slab.all_mut(), prev);
             self.absorb_next(prev, w);
             self.wild = Some(prev);

@@ -230,20 +230,11 @@ impl TlsfIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mr::detail::block::LIVE;
+    use crate::mr::detail::block::SENTINEL;
 
     fn block(size: u64) -> Block {
-        Block {
-            addr: 0,
-            size,
-            requested: 0,
-            prev_phys: NIL,
-            next_phys: NIL,
-            prev_free: NIL,
-            next_free: NIL,
-            owner: LIVE,
-            class: 0,
-        }
+        // A record with no links and not free: the slab's sentinel, sized.
+        Block { size, ..SENTINEL }
     }
 
     #[test]
