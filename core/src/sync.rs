@@ -40,18 +40,28 @@ pub(crate) use loom_spin::{SpinGuard, SpinMutex};
 pub(crate) use loom_thread_local as thread_local;
 
 /// A lock for critical sections of a few dozen instructions that never block: the pool's
-/// allocate and free. Locking is one compare-and-swap; unlocking is a plain release store, where
-/// `std::sync::Mutex` must swap to learn whether a thread sleeps on it. Measured on the H100's
-/// host (`docs/results/2026-11-22-h100-s3/host-floor.txt`), every locked instruction costs
-/// 9–10 ns there: a std lock + unlock pair 20.5 ns, this one 10.5. A waiter spins briefly, then
-/// yields its core, then sleeps in short naps (a holder may be growing the pool through the
-/// driver, which takes milliseconds); there is no poisoning (nothing panics while the pool's
-/// lock is held).
+/// allocate and free. Measured on the H100's host (`docs/results/2026-11-22-h100-s3/host-floor.txt`),
+/// every locked instruction costs 9–10 ns there: a std lock + unlock pair 20.5 ns, a
+/// compare-and-swap lock with a plain release store to unlock 10.5. So the lock is *biased*:
+/// the first thread to take it owns it and locks with plain stores and loads, no locked
+/// instruction at all, until another thread wants it (JVM-style biased locking; the fences
+/// follow folly's asymmetric thread fence). Then that thread revokes the bias once and for all:
+/// it marks the lock revoking, makes every thread of the process run a full memory barrier
+/// with `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)` (a few microseconds, once per lock), and
+/// waits for the owner to leave; from then on everyone takes it with one compare-and-swap and
+/// unlocks with a release store. A pool used by one thread — the common case, and every
+/// one-thread benchmark — never pays a locked instruction; a shared one pays one barrier
+/// call. Where `membarrier` is missing (not Linux, a kernel before 4.14, a seccomp filter),
+/// locks are never biased.
+///
+/// A waiter spins briefly, then yields its core, then sleeps in short naps (a holder may be
+/// growing the pool through the driver, which takes milliseconds); there is no poisoning
+/// (nothing panics while the pool's lock is held).
 #[cfg(not(loom))]
 mod spin {
-    use std::cell::UnsafeCell;
+    use std::cell::{Cell, UnsafeCell};
     use std::ops::{Deref, DerefMut};
-    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::atomic::{compiler_fence, AtomicBool, AtomicU64, Ordering};
 
     /// Spins this many times before yielding: a holder's critical section is well under 1 µs.
     const SPINS_BEFORE_YIELD: u32 = 100;
@@ -60,9 +70,58 @@ mod spin {
     /// A waiter's nap once the holder has been slow.
     const NAP: std::time::Duration = std::time::Duration::from_micros(20);
 
-    /// A spin lock around `T` (see the note on `spin`).
+    /// `SpinMutex::bias` before any thread took the lock.
+    const UNBIASED: u64 = 0;
+    /// `SpinMutex::bias` once the bias is gone: everyone takes `locked`.
+    const REVOKED: u64 = 1;
+    /// `SpinMutex::bias` while a thread waits for the owner to leave.
+    const REVOKING: u64 = 2;
+    /// Thread numbers start here, above the states.
+    const FIRST_THREAD: u64 = 3;
+
+    /// The next thread's number (never reused, so a new thread cannot inherit a dead one's
+    /// bias).
+    static NEXT_THREAD: AtomicU64 = AtomicU64::new(FIRST_THREAD);
+
+    std::thread_local! {
+        static THREAD: Cell<u64> = const { Cell::new(0) };
+    }
+
+    /// This thread's number, ≥ [`FIRST_THREAD`].
+    #[inline]
+    fn thread_number() -> u64 {
+        THREAD.with(|t| {
+            let n = t.get();
+            if n != 0 {
+                return n;
+            }
+            let n = NEXT_THREAD.fetch_add(1, Ordering::Relaxed);
+            t.set(n);
+            n
+        })
+    }
+
+    /// Waits a little longer each time: spin, then yield, then nap.
+    fn back_off(waited: &mut u32) {
+        if *waited < SPINS_BEFORE_YIELD {
+            std::hint::spin_loop();
+        } else if *waited < SPINS_BEFORE_YIELD + YIELDS_BEFORE_NAP {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(NAP);
+        }
+        *waited = waited.saturating_add(1);
+    }
+
+    /// A biased spin lock around `T` (see the note on `spin`).
     #[derive(Default)]
     pub(crate) struct SpinMutex<T> {
+        /// [`UNBIASED`], the owner's thread number, [`REVOKING`] or [`REVOKED`]; it only ever
+        /// moves in that order.
+        bias: AtomicU64,
+        /// Set by the owner while it holds the lock through its bias.
+        busy: AtomicBool,
+        /// The lock once the bias is revoked.
         locked: AtomicBool,
         value: UnsafeCell<T>,
     }
@@ -73,9 +132,11 @@ mod spin {
     unsafe impl<T: Send> Sync for SpinMutex<T> {}
 
     impl<T> SpinMutex<T> {
-        /// A lock around `value`, unlocked.
+        /// A lock around `value`, unlocked and not yet biased.
         pub(crate) fn new(value: T) -> Self {
             SpinMutex {
+                bias: AtomicU64::new(UNBIASED),
+                busy: AtomicBool::new(false),
                 locked: AtomicBool::new(false),
                 value: UnsafeCell::new(value),
             }
@@ -84,32 +145,89 @@ mod spin {
         /// Takes the lock, waiting for it.
         #[inline]
         pub(crate) fn lock(&self) -> SpinGuard<'_, T> {
-            if self
-                .locked
-                .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-                .is_err()
-            {
-                self.lock_contended();
+            let me = thread_number();
+            if self.bias.load(Ordering::Relaxed) == me && self.enter_biased(me) {
+                return SpinGuard {
+                    lock: self,
+                    biased: true,
+                };
             }
-            SpinGuard { lock: self }
+            self.lock_slow(me)
+        }
+
+        /// The owner's way in: announce, then check the bias still stands. A revoker changes
+        /// the bias before its `membarrier`, and reads `busy` after it; the barrier it forces on
+        /// this thread falls before the store (so the load here sees the change and backs off)
+        /// or after it (so the revoker sees `busy` and waits).
+        #[inline]
+        fn enter_biased(&self, me: u64) -> bool {
+            self.busy.store(true, Ordering::Relaxed);
+            // The hardware may still let the load pass the store (the revoker's barrier
+            // forbids that where it matters); the compiler must not.
+            compiler_fence(Ordering::SeqCst);
+            if self.bias.load(Ordering::Acquire) == me {
+                return true;
+            }
+            self.busy.store(false, Ordering::Release);
+            false
         }
 
         #[cold]
         #[inline(never)]
-        fn lock_contended(&self) {
+        fn lock_slow(&self, me: u64) -> SpinGuard<'_, T> {
             let mut waited = 0;
             loop {
-                // Wait on a plain load, so waiters do not fight over the cache line.
-                while self.locked.load(Ordering::Relaxed) {
-                    if waited < SPINS_BEFORE_YIELD {
-                        std::hint::spin_loop();
-                    } else if waited < SPINS_BEFORE_YIELD + YIELDS_BEFORE_NAP {
-                        std::thread::yield_now();
-                    } else {
-                        std::thread::sleep(NAP);
+                match self.bias.load(Ordering::Acquire) {
+                    REVOKED => {
+                        self.lock_flag();
+                        return SpinGuard {
+                            lock: self,
+                            biased: false,
+                        };
                     }
-                    waited = waited.saturating_add(1);
+                    REVOKING => back_off(&mut waited),
+                    UNBIASED => {
+                        let claim = if membarrier::available() { me } else { REVOKED };
+                        // Losing the race is fine: the next turn sees the winner's claim.
+                        let _ = self.bias.compare_exchange(
+                            UNBIASED,
+                            claim,
+                            Ordering::AcqRel,
+                            Ordering::Acquire,
+                        );
+                    }
+                    owner if owner == me => {
+                        if self.enter_biased(me) {
+                            return SpinGuard {
+                                lock: self,
+                                biased: true,
+                            };
+                        }
+                    }
+                    owner => {
+                        if self
+                            .bias
+                            .compare_exchange(owner, REVOKING, Ordering::AcqRel, Ordering::Acquire)
+                            .is_ok()
+                        {
+                            membarrier::all_threads_fence();
+                            let mut held = 0;
+                            // `Acquire` pairs with the owner's release of `busy`: its critical
+                            // sections happen before everything after the revocation.
+                            while self.busy.load(Ordering::Acquire) {
+                                back_off(&mut held);
+                            }
+                            self.bias.store(REVOKED, Ordering::Release);
+                        }
+                    }
                 }
+            }
+        }
+
+        /// Takes `locked` (the bias is revoked): one compare-and-swap when free.
+        fn lock_flag(&self) {
+            let mut waited = 0;
+            loop {
                 if self
                     .locked
                     .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
@@ -117,7 +235,17 @@ mod spin {
                 {
                     return;
                 }
+                // Wait on a plain load, so waiters do not fight over the cache line.
+                while self.locked.load(Ordering::Relaxed) {
+                    back_off(&mut waited);
+                }
             }
+        }
+
+        /// Whether a thread holds the bias (for tests).
+        #[cfg(test)]
+        fn is_biased(&self) -> bool {
+            self.bias.load(Ordering::Relaxed) >= FIRST_THREAD
         }
 
         /// The value, through an exclusive borrow of the lock (no locking needed).
@@ -129,8 +257,17 @@ mod spin {
     impl<T> std::fmt::Debug for SpinMutex<T> {
         /// Shows whether the lock is held, not the value: reading it would need the lock.
         fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            let bias = match self.bias.load(Ordering::Relaxed) {
+                UNBIASED => "none",
+                REVOKED | REVOKING => "revoked",
+                _ => "owned",
+            };
             f.debug_struct("SpinMutex")
-                .field("locked", &self.locked.load(Ordering::Relaxed))
+                .field("bias", &bias)
+                .field(
+                    "locked",
+                    &(self.locked.load(Ordering::Relaxed) || self.busy.load(Ordering::Relaxed)),
+                )
                 .finish_non_exhaustive()
         }
     }
@@ -138,6 +275,8 @@ mod spin {
     /// Holds a [`SpinMutex`]; unlocks when dropped.
     pub(crate) struct SpinGuard<'a, T> {
         lock: &'a SpinMutex<T>,
+        /// Taken through the bias: unlocking clears `busy`, not `locked`.
+        biased: bool,
     }
 
     impl<T> Deref for SpinGuard<'_, T> {
@@ -166,13 +305,89 @@ mod spin {
     impl<T> Drop for SpinGuard<'_, T> {
         #[inline]
         fn drop(&mut self) {
-            self.lock.locked.store(false, Ordering::Release);
+            if self.biased {
+                self.lock.busy.store(false, Ordering::Release);
+            } else {
+                self.lock.locked.store(false, Ordering::Release);
+            }
+        }
+    }
+
+    /// The asymmetric half of the bias: a barrier run on every thread of the process.
+    #[cfg(target_os = "linux")]
+    mod membarrier {
+        use std::sync::atomic::{AtomicU8, Ordering};
+
+        // From `linux/membarrier.h`.
+        const CMD_QUERY: libc::c_int = 0;
+        const CMD_PRIVATE_EXPEDITED: libc::c_int = 1 << 3;
+        const CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_int = 1 << 4;
+
+        const UNKNOWN: u8 = 0;
+        const READY: u8 = 1;
+        const MISSING: u8 = 2;
+        static STATE: AtomicU8 = AtomicU8::new(UNKNOWN);
+
+        fn membarrier(cmd: libc::c_int) -> libc::c_long {
+            // SAFETY: `membarrier` reads no memory of ours; `flags` 0 and `cpu_id` 0 are valid
+            // for every command used here.
+            #[allow(unsafe_code, reason = "the membarrier system call has no std wrapper")]
+            unsafe {
+                libc::syscall(
+                    libc::SYS_membarrier,
+                    cmd,
+                    0 as libc::c_uint,
+                    0 as libc::c_int,
+                )
+            }
+        }
+
+        /// Whether [`all_threads_fence`] works here; registers the process on first use.
+        pub(super) fn available() -> bool {
+            match STATE.load(Ordering::Acquire) {
+                READY => true,
+                MISSING => false,
+                _ => {
+                    let commands = membarrier(CMD_QUERY);
+                    let ready = commands >= 0
+                        && commands & libc::c_long::from(CMD_PRIVATE_EXPEDITED) != 0
+                        && membarrier(CMD_REGISTER_PRIVATE_EXPEDITED) == 0;
+                    STATE.store(if ready { READY } else { MISSING }, Ordering::Release);
+                    ready
+                }
+            }
+        }
+
+        /// Every running thread of this process executes a full memory barrier before this
+        /// returns (a sleeping one passes one when it is scheduled).
+        pub(super) fn all_threads_fence() {
+            // Only reached for a lock biased after `available()` registered the process, and
+            // the kernel fails this command only for an unregistered process.
+            let r = membarrier(CMD_PRIVATE_EXPEDITED);
+            assert!(
+                r == 0,
+                "membarrier(PRIVATE_EXPEDITED) failed after registration: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+    }
+
+    /// No `membarrier`: no lock is ever biased.
+    #[cfg(not(target_os = "linux"))]
+    mod membarrier {
+        pub(super) fn available() -> bool {
+            false
+        }
+
+        pub(super) fn all_threads_fence() {
+            unreachable!("no lock is biased without membarrier");
         }
     }
 
     #[cfg(test)]
     mod tests {
         use super::SpinMutex;
+        use std::sync::atomic::{AtomicBool, Ordering};
         use std::sync::Arc;
 
         #[test]
@@ -196,6 +411,77 @@ mod spin {
                 t.join().unwrap();
             }
             assert_eq!(*m.lock(), (200_000, 200_000));
+        }
+
+        #[test]
+        fn one_thread_keeps_its_bias() {
+            let m = SpinMutex::new(0u64);
+            for _ in 0..1000 {
+                *m.lock() += 1;
+            }
+            assert_eq!(*m.lock(), 1000);
+            assert_eq!(m.is_biased(), super::membarrier::available());
+            assert!(format!("{m:?}").contains("locked: false"));
+        }
+
+        #[test]
+        fn a_second_thread_revokes_the_bias_and_waits_for_the_owner() {
+            let m = Arc::new(SpinMutex::new(0u64));
+            let owner_inside = Arc::new(AtomicBool::new(false));
+            *m.lock() += 1;
+            let g = m.lock();
+            owner_inside.store(true, Ordering::Relaxed);
+            let other = {
+                let (m, owner_inside) = (m.clone(), owner_inside.clone());
+                std::thread::spawn(move || {
+                    let mut g = m.lock();
+                    // The owner left before this thread got in, and its writes are seen.
+                    assert!(!owner_inside.load(Ordering::Relaxed));
+                    assert_eq!(*g, 2);
+                    *g += 1;
+                })
+            };
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            let mut g = g;
+            *g += 1;
+            owner_inside.store(false, Ordering::Relaxed);
+            drop(g);
+            other.join().unwrap();
+            assert!(!m.is_biased());
+            // The former owner now takes the lock as everyone does.
+            *m.lock() += 1;
+            assert_eq!(*m.lock(), 4);
+            assert!(format!("{m:?}").contains("revoked"));
+        }
+
+        #[test]
+        fn the_owner_and_revokers_never_hold_it_at_once() {
+            for _ in 0..20 {
+                let m = Arc::new(SpinMutex::new((0u64, 0u64)));
+                // This thread owns the bias while the others arrive and revoke it.
+                m.lock().0 += 0;
+                let others: Vec<_> = (0..3)
+                    .map(|_| {
+                        let m = m.clone();
+                        std::thread::spawn(move || bump(&m, 2_000))
+                    })
+                    .collect();
+                bump(&m, 2_000);
+                for t in others {
+                    t.join().unwrap();
+                }
+                assert_eq!(*m.lock(), (8_000, 8_000));
+            }
+        }
+
+        fn bump(m: &SpinMutex<(u64, u64)>, times: u64) {
+            for _ in 0..times {
+                let mut g = m.lock();
+                // A torn update would leave the two apart.
+                g.0 += 1;
+                std::hint::black_box(&mut *g);
+                g.1 += 1;
+            }
         }
 
         #[test]
