@@ -360,3 +360,61 @@ fn the_standard_workloads_hold_at_most_ten_percent_over_peak_live() {
         assert_eq!(p.live_allocations(), 0);
     }
 }
+
+#[test]
+fn a_large_growth_maps_at_most_64_handles_and_goes_back_a_handle_at_a_time() {
+    let g = gpu();
+    let p = pool(&g);
+    // 512 MiB: 64 handles of 8 MiB, not 256 granules.
+    let big = p.allocate(512 * MIB as usize, S).unwrap();
+    assert_eq!(calls_of(&g, CallKind::MemCreate), 64);
+    assert_eq!(calls_of(&g, CallKind::MemMap), 64);
+    assert_eq!(g.device_memory_used(D0), 512 * MIB);
+    // The bytes hold across handles.
+    let data: Vec<u8> = (0..16 * MIB as usize)
+        .map(|i| (i * 13 % 251) as u8)
+        .collect();
+    let across = big.offset(7 * MIB);
+    g.memcpy_htod(across, &data, None).unwrap();
+    let mut back = vec![0; data.len()];
+    g.memcpy_dtoh(&mut back, across, None).unwrap();
+    assert_eq!(back, data);
+    // 100 MiB live at the start: the 8 MiB handles wholly above it go back, the 13th (which
+    // it ends in) stays.
+    p.deallocate(big, 512 * MIB as usize, S).unwrap();
+    let low = p.allocate(100 * MIB as usize, S).unwrap();
+    assert_eq!(low, big);
+    assert_eq!(p.release().unwrap(), 51 * 8 * MIB);
+    assert_eq!(g.device_memory_used(D0), 13 * 8 * MIB);
+    p.deallocate(low, 100 * MIB as usize, S).unwrap();
+    assert_eq!(p.release().unwrap(), 13 * 8 * MIB);
+    let r = g.report();
+    assert_eq!((r.mappings.count, r.physical_memory.count), (0, 0), "{r}");
+    p.check().unwrap();
+}
+
+#[test]
+fn a_request_beyond_free_memory_maps_nothing() {
+    let g = gpu();
+    let p = pool(&g);
+    // Another user of the device holds 300 MiB of its 1 GiB.
+    let other = g.mem_alloc(300 * MIB as usize).unwrap();
+    let before = calls_of(&g, CallKind::MemCreate);
+    let e = p.allocate(800 * MIB as usize, S).unwrap_err();
+    assert!(
+        matches!(e, MrError::OutOfMemory { requested, available: Some(free), .. }
+            if requested == 800 * MIB && free == GIB - 300 * MIB),
+        "{e}"
+    );
+    assert_eq!(
+        calls_of(&g, CallKind::MemCreate),
+        before,
+        "refused before mapping a handle"
+    );
+    // What fits still does, and growth beyond the request stops at what is free.
+    let a = p.allocate(700 * MIB as usize, S).unwrap();
+    assert_eq!(g.device_memory_used(D0), 1000 * MIB);
+    p.deallocate(a, 700 * MIB as usize, S).unwrap();
+    g.mem_free(other).unwrap();
+    p.check().unwrap();
+}

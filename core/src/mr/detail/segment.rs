@@ -6,18 +6,21 @@
 //! merges with a free block at the start of the next, and that boundary is where a pool's
 //! memory beyond its live bytes goes (README, "Figures"). A segment is one range whose mapped
 //! prefix is one chunk of the [`CoalescingHeap`], extended in place, so every free neighbour
-//! merges. Physical memory comes one granule per handle (`cuMemCreate`), so the granules wholly
-//! inside a free tail can be given back one by one (`cuMemUnmap` takes whole mappings only).
+//! merges. Physical memory comes in handles (`cuMemCreate`) of one granule, or of 1/64 of a
+//! growth when that is more, so a free tail goes back a handle at a time (`cuMemUnmap` takes
+//! whole mappings only) and a growth costs at most 64 handles: mapping 78 GB one 2 MiB
+//! granule at a time took seconds of driver calls, and as long again to undo.
 //!
 //! The segment makes the driver calls; the heap stays a pure data structure. Unmapping is not
 //! stream-ordered: the caller waits for the device before [`ExpandableSegment::release_free_tail`].
 
 use crate::driver::{DeviceId, Driver, PhysHandle, StreamId};
-use crate::error::{DriverError, DriverResult};
+use crate::error::{CudaCode, DriverError, DriverResult};
 use crate::mr::detail::heap::CoalescingHeap;
 use crate::mr::detail::stream_order::StreamOrder;
 use crate::mr::pool_options::Growth;
 use crate::mr::{MrError, MrResult};
+use crate::units::Bytes;
 
 /// One reserved range, its mapped prefix and the physical memory behind it.
 #[derive(Debug)]
@@ -26,9 +29,15 @@ pub(crate) struct ExpandableSegment {
     granularity: u64,
     base: u64,
     reserved: u64,
-    /// The physical memory mapped at `base`, one granule each, in address order.
-    handles: Vec<PhysHandle>,
+    /// The physical memory mapped at `base` and the bytes of each (granule multiples), in
+    /// address order.
+    handles: Vec<(PhysHandle, u64)>,
+    /// The sum of the handles' bytes.
+    mapped: u64,
 }
+
+/// A growth maps at most this many handles (more granules each when it is large).
+const HANDLES_PER_GROWTH: u64 = 64;
 
 /// Why a segment could not grow.
 #[derive(Debug)]
@@ -60,12 +69,13 @@ impl ExpandableSegment {
             base,
             reserved,
             handles: Vec::new(),
+            mapped: 0,
         })
     }
 
     /// Bytes mapped.
     pub(crate) fn mapped(&self) -> u64 {
-        self.handles.len() as u64 * self.granularity
+        self.mapped
     }
 
     /// Grows the segment so that `slot`'s wilderness in `heap` holds at least `size` bytes:
@@ -108,7 +118,28 @@ impl ExpandableSegment {
             Growth::Fraction { divisor } => lack.max(held / divisor.max(1)),
             Growth::Fixed { bytes } => lack.max(bytes),
         };
-        let bytes = want.min(room).div_ceil(g) * g;
+        let mut bytes = want.min(room).div_ceil(g) * g;
+        // Mapping stops at the first handle the device lacks and undoing it costs as much
+        // again, so ask first: a request beyond free memory fails at once, and growth beyond
+        // what the request lacks is cut to what is free.
+        if let Ok(info) = driver.mem_get_info() {
+            if bytes > info.free {
+                let need = lack.div_ceil(g) * g;
+                if need > info.free {
+                    return Err(GrowError::Driver(DriverError::new(
+                        "cuMemCreate",
+                        CudaCode::OUT_OF_MEMORY,
+                        format!(
+                            "growing the segment by {} needs more than the {} free on device {}",
+                            Bytes(need),
+                            Bytes(info.free),
+                            self.device.0
+                        ),
+                    )));
+                }
+                bytes = need.max(info.free / g * g);
+            }
+        }
         let start = self.map_more(driver, bytes).map_err(GrowError::Driver)?;
         if heap.chunks().is_empty() {
             heap.add_chunk(slot, start, bytes);
@@ -123,14 +154,19 @@ impl ExpandableSegment {
     fn map_more(&mut self, driver: &dyn Driver, bytes: u64) -> DriverResult<u64> {
         let (g, start) = (self.granularity, self.base + self.mapped());
         let before = self.handles.len();
+        let each = bytes.div_ceil(HANDLES_PER_GROWTH).div_ceil(g).max(1) * g;
         let mut made = || -> DriverResult<()> {
-            for at in (start..start + bytes).step_by(g as usize) {
-                let h = driver.mem_create(g as usize, self.device)?;
-                if let Err(e) = driver.mem_map(crate::DevicePtr(at), g as usize, h) {
+            let mut at = start;
+            while at < start + bytes {
+                let n = each.min(start + bytes - at);
+                let h = driver.mem_create(n as usize, self.device)?;
+                if let Err(e) = driver.mem_map(crate::DevicePtr(at), n as usize, h) {
                     let _ = driver.mem_release(h);
                     return Err(e);
                 }
-                self.handles.push(h);
+                self.handles.push((h, n));
+                self.mapped += n;
+                at += n;
             }
             driver.mem_set_access(crate::DevicePtr(start), bytes as usize, self.device)
         };
@@ -146,14 +182,16 @@ impl ExpandableSegment {
 
     /// Unmaps and releases the handles past the first `keep`, last first.
     fn unmap_to(&mut self, driver: &dyn Driver, keep: usize) -> DriverResult<()> {
-        let g = self.granularity;
         while self.handles.len() > keep {
-            let at = self.base + (self.handles.len() as u64 - 1) * g;
-            driver.mem_unmap(crate::DevicePtr(at), g as usize)?;
-            if let Some(h) = self.handles.pop() {
-                // Unmapped memory the driver will not release is lost to the pool either way.
-                driver.mem_release(h)?;
-            }
+            let Some(&(h, n)) = self.handles.last() else {
+                break;
+            };
+            let at = self.base + self.mapped - n;
+            driver.mem_unmap(crate::DevicePtr(at), n as usize)?;
+            self.handles.pop();
+            self.mapped -= n;
+            // Unmapped memory the driver will not release is lost to the pool either way.
+            driver.mem_release(h)?;
         }
         Ok(())
     }
@@ -177,8 +215,13 @@ impl ExpandableSegment {
         let Some((addr, _, _)) = heap.wild() else {
             return Ok(0);
         };
-        let g = self.granularity;
-        let keep = (addr - self.base).div_ceil(g) as usize;
+        // The handles that end above the free tail's start stay.
+        let mut keep = self.handles.len();
+        let mut end = self.base + self.mapped;
+        while keep > 0 && end - self.handles[keep - 1].1 >= addr {
+            end -= self.handles[keep - 1].1;
+            keep -= 1;
+        }
         let before = self.mapped();
         let r = self.unmap_to(driver, keep);
         let end = self.base + self.mapped();
