@@ -4,8 +4,9 @@
 //! - **What it does**: carves blocks out of memory it takes in one of two ways ([`Backing`]).
 //!   By default, over a driver-backed upstream (`CudaResource`) on a driver with virtual
 //!   memory management, it reserves one virtual address range the size of the device and maps
-//!   physical memory at its end as it grows, one granule (2 MiB) per handle — an expandable
-//!   segment, as PyTorch's `expandable_segments` — so free blocks merge across every
+//!   physical memory at its end as it grows, in handles of one granule (2 MiB) or 1/64 of a
+//!   large growth — an expandable segment, as PyTorch's `expandable_segments` — so free
+//!   blocks merge across every
 //!   boundary and the free end of the range (the *wilderness*) serves a request only when no
 //!   block below it fits. Otherwise it takes chunks from its upstream, sized by its [`Growth`]
 //!   policy (default: the request, rounded to 2 MiB); before growing it gives back wholly free
@@ -19,7 +20,7 @@
 //!   pool first takes memory another stream freed (see below), then grows, up to an optional
 //!   maximum; when the device is out of memory it gathers every stream's free memory and tries
 //!   once more with exactly the request. [`PoolResource::release`] gives back every wholly
-//!   free chunk, or unmaps every wholly free granule at the end of the segment.
+//!   free chunk, or unmaps every wholly free handle at the end of the segment.
 //! - **Thread safety**: `Send + Sync`. One spin lock (`crate::sync::SpinMutex`) guards the pool; the critical section of an
 //!   allocation or a free is a few dozen instructions and makes no driver call.
 //! - **Streams**: each stream has its own free lists. Memory freed on stream A is reused on A
