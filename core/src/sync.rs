@@ -52,7 +52,7 @@ pub(crate) use loom_thread_local as thread_local;
 /// unlocks with a release store. A pool used by one thread — the common case, and every
 /// one-thread benchmark — never pays a locked instruction; a shared one pays one barrier
 /// call. Where `membarrier` is missing (not Linux, a kernel before 4.14, a seccomp filter),
-/// locks are never biased.
+/// locks are never biased; `EMM_LOCK_BIAS=0` in the environment turns biasing off too.
 ///
 /// A waiter spins briefly, then yields its core, then sleeps in short naps (a holder may be
 /// growing the pool through the driver, which takes milliseconds); there is no poisoning
@@ -348,7 +348,9 @@ mod spin {
                 READY => true,
                 MISSING => false,
                 _ => {
-                    let commands = membarrier(CMD_QUERY);
+                    // `EMM_LOCK_BIAS=0` turns biasing off: to compare, or to rule it out.
+                    let off = std::env::var_os("EMM_LOCK_BIAS").is_some_and(|v| v == "0");
+                    let commands = if off { -1 } else { membarrier(CMD_QUERY) };
                     let ready = commands >= 0
                         && commands & libc::c_long::from(CMD_PRIVATE_EXPEDITED) != 0
                         && membarrier(CMD_REGISTER_PRIVATE_EXPEDITED) == 0;
