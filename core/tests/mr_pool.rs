@@ -321,3 +321,51 @@ fn growth_policies_size_chunks_as_documented() {
     q.deallocate(y, 3 * MIB as usize, StreamId::DEFAULT)
         .unwrap();
 }
+
+#[test]
+fn an_exchange_takes_blocks_back_and_serves_a_request_from_them() {
+    let g = gpu();
+    let p = chunked(&g, PoolOptions::default());
+    let s = StreamId::DEFAULT;
+    // Two 8 MiB blocks, each its own chunk, go back; a 4 MiB request fits in the memory they
+    // leave free, so the pool does not grow.
+    let (a, b) = (
+        p.allocate(8 << 20, s).unwrap(),
+        p.allocate(8 << 20, s).unwrap(),
+    );
+    let held = p.held_bytes();
+    let c = p
+        .exchange(&[(a, 8 << 20, s), (b, 8 << 20, s)], 4 << 20, s)
+        .unwrap();
+    assert_ne!(c, DevicePtr::NULL);
+    assert_eq!(p.held_bytes(), held, "served from what came back");
+    assert_eq!(p.live_allocations(), 1);
+    // Both went back: freeing them again is refused.
+    assert!(p.deallocate(a, 8 << 20, s).is_err());
+    // Nothing to allocate: blocks go back only.
+    assert_eq!(p.exchange(&[(c, 4 << 20, s)], 0, s), Ok(DevicePtr::NULL));
+    assert_eq!(p.live_allocations(), 0);
+    p.check().unwrap();
+}
+
+#[test]
+fn an_exchange_with_a_block_not_live_allocates_nothing_and_says_so() {
+    let g = gpu();
+    let p = chunked(&g, PoolOptions::default());
+    let s = StreamId::DEFAULT;
+    let a = p.allocate(1 << 20, s).unwrap();
+    let bogus = DevicePtr(a.0 + (64 << 20));
+    let r = p.exchange(&[(bogus, 4096, s), (a, 1 << 20, s)], 1 << 20, s);
+    assert!(matches!(r, Err(MrError::InvalidFree { .. })), "{r:?}");
+    // The good block still went back, and nothing was handed out.
+    assert_eq!(p.live_allocations(), 0);
+    // A wrong size is refused the same way, and the block stays live.
+    let b = p.allocate(1 << 20, s).unwrap();
+    assert!(matches!(
+        p.exchange(&[(b, 1000, s)], 256, s),
+        Err(MrError::InvalidFree { .. })
+    ));
+    assert_eq!(p.live_allocations(), 1);
+    p.deallocate(b, 1 << 20, s).unwrap();
+    p.check().unwrap();
+}

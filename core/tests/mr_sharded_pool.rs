@@ -539,3 +539,151 @@ fn w1_shaped_lists_out_of_step_move_few_chunks_and_hold_a_quarter_above_peak_liv
         "held {held:.3} × peak live"
     );
 }
+
+/// A sharded pool over a shared pool of `cuMemAlloc` chunks, as `emm bench` builds `sharded`.
+fn sharded_chunks(g: &Arc<SimDriver>, shards: usize) -> Arc<Sharded> {
+    let up = CudaResource::<SimDriver>::new(Arc::clone(g));
+    let shared =
+        PoolResource::with_options(up, PoolOptions::default().backing(Backing::Chunks)).unwrap();
+    Arc::new(ShardedPoolResource::over(shared, shards))
+}
+
+type Job = Box<dyn FnOnce() + Send>;
+
+/// A thread that keeps its shard from one job to the next: runs each job it is given, in
+/// order, and waits for it.
+struct Worker {
+    jobs: Option<std::sync::mpsc::Sender<Job>>,
+    done: std::sync::mpsc::Receiver<()>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Worker {
+    fn new(g: &SimDriver) -> Self {
+        let ctx = g.current_context().unwrap();
+        let g = g.clone();
+        let (jobs, rx) = std::sync::mpsc::channel::<Job>();
+        let (tx, done) = std::sync::mpsc::channel();
+        let thread = std::thread::spawn(move || {
+            g.set_current_context(ctx).unwrap();
+            for job in rx {
+                job();
+                tx.send(()).unwrap();
+            }
+        });
+        Worker {
+            jobs: Some(jobs),
+            done,
+            thread: Some(thread),
+        }
+    }
+
+    fn run(&self, job: impl FnOnce() + Send + 'static) {
+        self.jobs.as_ref().unwrap().send(Box::new(job)).unwrap();
+        self.done.recv().expect("the job panicked");
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.jobs.take();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Allocates `n` blocks of 1 MiB on the default stream.
+fn take_mib(r: &Sharded, n: usize) -> Vec<emm_core::DevicePtr> {
+    (0..n)
+        .map(|_| r.allocate(1 << 20, StreamId::DEFAULT).unwrap())
+        .collect()
+}
+
+fn free_mib(r: &Sharded, ps: Vec<emm_core::DevicePtr>) {
+    for p in ps {
+        r.deallocate(p, 1 << 20, StreamId::DEFAULT).unwrap();
+    }
+}
+
+#[test]
+fn a_grower_beyond_the_budget_takes_from_the_shard_with_the_most_to_spare() {
+    let g = gpu(GIB);
+    let r = sharded_chunks(&g, 4);
+    let (a, b, c) = (Worker::new(&g), Worker::new(&g), Worker::new(&g));
+    let held = Arc::new(std::sync::Mutex::new(Vec::new()));
+    // A (shard 0) and B (shard 1) peak together at 20 + 60 MiB, then free it all: both keep
+    // their chunks (1 MiB each), their recent peaks.
+    let (ra, rb, rc) = (r.clone(), r.clone(), r.clone());
+    let ha = held.clone();
+    a.run(move || *ha.lock().unwrap() = take_mib(&ra, 20));
+    let hb = held.clone();
+    b.run(move || hb.lock().unwrap().extend(take_mib(&rb, 60)));
+    let (ra, ha) = (r.clone(), held.clone());
+    a.run(move || free_mib(&ra, ha.lock().unwrap().drain(..20).collect()));
+    let (rb, hb) = (r.clone(), held.clone());
+    b.run(move || free_mib(&rb, hb.lock().unwrap().drain(..).collect()));
+    // C climbs to 16 MiB: the shared pool grows to 1.15 × the 80 MiB peak, then C must take
+    // spare chunks beyond the others' live bytes — from B, which has the most.
+    let hc = held.clone();
+    c.run(move || hc.lock().unwrap().extend(take_mib(&rc, 16)));
+    assert!(
+        g.device_memory_used(DeviceId(0)) <= 93 * MIB,
+        "within the budget"
+    );
+    // A climbs back to its peak from its own shard: nothing moves.
+    let moves = r.chunk_moves().unwrap();
+    let ra = r.clone();
+    a.run(move || free_mib(&ra.clone(), take_mib(&ra, 20)));
+    assert_eq!(
+        r.chunk_moves().unwrap(),
+        moves,
+        "A's chunks stayed with A: C took B's"
+    );
+    let rc = r.clone();
+    c.run(move || free_mib(&rc, held.lock().unwrap().drain(..).collect()));
+}
+
+#[test]
+fn a_shard_keeps_its_peak_over_thousands_of_allocations_below_it() {
+    let g = gpu(GIB);
+    let r = sharded_chunks(&g, 4);
+    let (a, b) = (Worker::new(&g), Worker::new(&g));
+    // A climbs to 40 MiB, falls back to 1 MiB, and allocates small blocks 5 000 times.
+    let ra = r.clone();
+    a.run(move || {
+        let mut ps = take_mib(&ra, 40);
+        free_mib(&ra, ps.split_off(1));
+        for _ in 0..5_000 {
+            let p = ra.allocate(256, StreamId::DEFAULT).unwrap();
+            ra.deallocate(p, 256, StreamId::DEFAULT).unwrap();
+        }
+        free_mib(&ra, ps);
+    });
+    // B needs 4 MiB: within the budget, it takes them from the shared pool, not from A.
+    let rb = r.clone();
+    b.run(move || free_mib(&rb.clone(), take_mib(&rb, 4)));
+    // A climbs back to 40 MiB from its own shard.
+    let moves = r.chunk_moves().unwrap();
+    let ra = r.clone();
+    a.run(move || free_mib(&ra.clone(), take_mib(&ra, 40)));
+    assert_eq!(r.chunk_moves().unwrap(), moves, "A kept its peak's chunks");
+}
+
+#[test]
+fn a_growth_that_gives_chunks_back_takes_the_shared_pools_lock_once() {
+    let g = gpu(GIB);
+    let r = sharded_chunks(&g, 1);
+    // 20 chunks of 1 MiB, all free; then one 64 MiB request, which none fits.
+    free_mib(&r, take_mib(&r, 20));
+    let moves = r.chunk_moves().unwrap();
+    let p = r.allocate(64 << 20, StreamId::DEFAULT).unwrap();
+    // The shard gave 16 chunks back (keeping 1.05 × live plus one chunk) and took one, in
+    // one call to the shared pool.
+    assert_eq!(r.chunk_moves().unwrap() - moves, 1);
+    let (held, live) = r.shard_bytes();
+    assert_eq!(live, 64 << 20);
+    assert!(held <= 69 * MIB, "gave back what it did not keep: {held}");
+    assert!(g.device_memory_used(DeviceId(0)) <= 69 * MIB);
+    r.deallocate(p, 64 << 20, StreamId::DEFAULT).unwrap();
+}

@@ -541,6 +541,62 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
             })
     }
 
+    /// Takes back `back` — blocks this pool handed out, each with its size and the stream it
+    /// was last used on, as [`DeviceMemoryResource::deallocate`] would — then allocates
+    /// `bytes` on `stream`, all under one acquisition of the pool's lock: for a cache in front
+    /// of the pool that trades blocks it cannot use for one it can (`ShardedPoolResource`),
+    /// so that other threads wait for the lock once, not once a block.
+    ///
+    /// # Errors
+    ///
+    /// [`MrError::InvalidFree`] for the first block of `back` that is not live (the others are
+    /// still taken back, and nothing is allocated); else as
+    /// [`DeviceMemoryResource::allocate`].
+    ///
+    /// # Time complexity
+    ///
+    /// O(1) a block given back, then as [`DeviceMemoryResource::allocate`].
+    pub fn exchange(
+        &self,
+        back: &[(DevicePtr, usize, StreamId)],
+        bytes: usize,
+        stream: StreamId,
+    ) -> MrResult<DevicePtr> {
+        let mut st = self.lock();
+        let mut first_err = None;
+        for &(ptr, n, on) in back {
+            if ptr == DevicePtr::NULL && n == 0 {
+                continue;
+            }
+            let slot = match st.heap.slot_of(on) {
+                Some(slot) => slot,
+                None if st.heap.is_live(ptr.0) => st.heap.slot(on),
+                None => {
+                    first_err.get_or_insert(invalid_free(ptr, n, FreeError::NotLive));
+                    continue;
+                }
+            };
+            if let Err(e) = st.heap.deallocate(ptr.0, n as u64, slot) {
+                first_err.get_or_insert(invalid_free(ptr, n, e));
+            }
+        }
+        if let Some(e) = first_err {
+            return Err(e);
+        }
+        if bytes == 0 {
+            return Ok(DevicePtr::NULL);
+        }
+        let size = round_to_granule(bytes as u64).ok_or(MrError::OutOfMemory {
+            resource: NAME,
+            requested: bytes as u64,
+            available: None,
+        })?;
+        match Self::allocate_fast(&mut st, size, bytes as u64, stream) {
+            Some(p) => Ok(DevicePtr(p)),
+            None => self.allocate_slow(&mut st, size, bytes as u64, stream),
+        }
+    }
+
     /// The growth policy in force.
     pub fn growth(&self) -> Growth {
         self.options.growth

@@ -16,14 +16,16 @@
 //!   [`PEAK_WINDOW`] allocations, and before that a peak that halves its distance to each
 //!   window's largest — since its thread will likely climb there again. A growing shard takes,
 //!   in this order: another shard's wholly free chunks beyond 1.05 × that shard's recent peak
-//!   (the smallest that fits, then more up to 8 MiB or 1/8 of the thief's live bytes); a chunk
-//!   from the shared pool, while the shared pool then holds at most [`HELD_BUDGET`] (1.15) ×
-//!   the largest total of live bytes a grower has seen; else other shards' wholly free chunks
-//!   beyond 1.05 × their live bytes (as before peaks were kept), gathered into the shared pool
-//!   if none fits alone. Before it takes a chunk, a shard gives its own wholly free chunks back
-//!   beyond 1.05 × its live bytes plus one chunk (as `PoolResource` does before it grows). So
-//!   the shared pool calls the driver only when no thread has memory to spare or the budget
-//!   allows it. When the shared pool runs out of memory, every shard's wholly free chunks go
+//!   (from the shard with the most beyond it first; the smallest that fits, then more up to
+//!   8 MiB or 1/8 of the thief's live bytes); a chunk from the shared pool, while the shared
+//!   pool then holds at most [`HELD_BUDGET`] (1.15) × the largest total of live bytes a grower
+//!   has seen; else other shards' wholly free chunks
+//!   beyond 1.05 × their live bytes (as before peaks were kept; again the richest shard first),
+//!   gathered into the shared pool if none fits alone. When it takes a chunk, a shard gives its
+//!   own wholly free chunks back beyond 1.05 × its live bytes plus one chunk (as `PoolResource`
+//!   does before it grows), in the same call to the shared pool ([`PoolResource::exchange`]):
+//!   one lock of the shared pool, one chunk move. So the shared pool calls the driver only
+//!   when no thread has memory to spare or the budget allows it. When the shared pool runs out of memory, every shard's wholly free chunks go
 //!   back and the request is tried once more; `release` gives them all back.
 //! - **Thread safety**: `Send + Sync`. One lock per shard (on its own cache line), one for the
 //!   shared pool; a thread takes its shard's lock, and the shared pool's only to move a chunk.
@@ -47,7 +49,8 @@
 //!   thread costs one thread-local read and an uncontended lock on top of the pool's O(1)
 //!   heap path (and the recent peak's compare and count); a free from another thread looks
 //!   through the shards (O(shards) lock attempts). Growth locks every shard in turn
-//!   (O(shards + their spare chunks)) and takes chunks from another shard or the shared pool;
+//!   to find the one with the most to spare, then that one again (O(shards + its spare
+//!   chunks)), and takes chunks from another shard or the shared pool;
 //!   once a thread's shard holds what its recent peak needs, it does not grow again. The
 //!   many-threads benchmark counts the chunk moves and driver calls per 1 000 operations
 //!   (README, "Many threads").
@@ -132,11 +135,15 @@ fn band(live: u64, spare: u64) -> u64 {
 
 /// A shard's recent peak of live bytes is the largest live over the current window of this
 /// many allocations and the peak before it, which halves its distance to the window's largest
-/// at each window's end: what the shard's thread needed a few thousand operations ago it will
-/// likely need again, so other shards take only what lies beyond it while memory held stays
-/// within [`HELD_BUDGET`]. Not tuned: here the budget, not the window, decided how much the
-/// peaks saved (below).
-const PEAK_WINDOW: u32 = 1024;
+/// at each window's end: what the shard's thread needed a while ago it will likely need
+/// again, so other shards take only what lies beyond it while memory held stays within
+/// [`HELD_BUDGET`]. A long window (65 536), because a thread whose peak decays soon gives up
+/// chunks it needs again a few thousand operations later, and then takes them back from
+/// another: with threads in lockstep here (`examples/sharded_counts.rs --lockstep 64
+/// --drift 0.3`), W1 by 16 threads made 0.86 steals per 1 000 operations with a window of
+/// 1 024 allocations, 0.32 with 65 536 and 0.29 with no decay; W2 by 8 threads 5.5, 3.3–4.8
+/// and 2.9–5.2 (the budget, not the window, then decides which shard gives).
+const PEAK_WINDOW: u32 = 65_536;
 
 /// While the shared pool holds at most this × the largest total of live bytes seen (with the
 /// chunk a grower wants), a grower takes memory from the shared pool rather than from a shard
@@ -286,6 +293,36 @@ impl Shard {
         });
     }
 
+    /// Takes wholly free chunks out of the heap until the shard holds at most `target` bytes or
+    /// `need` bytes were taken (`u64::MAX`: largest first), for the shared pool: each as its
+    /// base, size and the stream whose lists held it.
+    ///
+    /// # Time complexity
+    ///
+    /// O(spare chunks · log spare chunks).
+    fn take_beyond(&mut self, target: u64, need: u64) -> Vec<(DevicePtr, usize, StreamId)> {
+        // The smallest chunk that makes up `need` first, then the largest: the others keep the
+        // chunks their own large requests need. On W2 by 2 threads here, largest first moved
+        // 70–120 chunks per 1 000 operations, this order 4–32.
+        self.spare_in_order(need, |_| false);
+        let mut out = Vec::new();
+        let mut given = 0u64;
+        let mut taken = 0;
+        while let Some(&e) = self.spare.get(taken) {
+            if self.heap.held() <= target || given >= need {
+                break;
+            }
+            taken += 1;
+            if let Some((c, stream)) = self.heap.take_free_chunk_at(e.base) {
+                given = given.saturating_add(c.size);
+                // Chunk sizes came from `usize` requests, so they fit.
+                out.push((DevicePtr(c.base), c.size as usize, stream));
+            }
+        }
+        self.spare.drain(..taken);
+        out
+    }
+
     /// Records every wholly free chunk as spare after an adoption merged another stream's
     /// blocks into `stream`'s lists: a chunk made whole so is otherwise unknown to growth
     /// until `release`.
@@ -387,7 +424,8 @@ pub struct ShardedPoolResource<Up: DeviceMemoryResource> {
     next: AtomicUsize,
     shared: PoolResource<Up>,
     /// Chunks moved into or out of the shards, for [`DeviceMemoryResource::chunk_moves`]:
-    /// counted on the slow paths only.
+    /// counted on the slow paths only, once a call to the shared pool (chunks given back with
+    /// the one taken count once) and once a steal.
     moves: PaddedCount,
     /// The largest total of the shards' live bytes a grower has seen: what [`HELD_BUDGET`]
     /// scales. Sampled when growing, so it falls short of the true peak, never beyond it.
@@ -441,10 +479,16 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
         })
     }
 
-    /// Takes `bytes` from the shared pool (its lock), counted.
-    fn shared_allocate(&self, bytes: usize, stream: StreamId) -> MrResult<DevicePtr> {
+    /// Gives `back` to the shared pool and takes `bytes` (none: 0) from it, under one lock of
+    /// the shared pool: counted as one move.
+    fn shared_exchange(
+        &self,
+        back: &[(DevicePtr, usize, StreamId)],
+        bytes: usize,
+        stream: StreamId,
+    ) -> MrResult<DevicePtr> {
         self.moves.0.fetch_add(1, Ordering::Relaxed);
-        self.shared.allocate(bytes, stream)
+        self.shared.exchange(back, bytes, stream)
     }
 
     /// Gives `ptr` back to the shared pool (its lock), counted.
@@ -665,27 +709,59 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
         // One chunk spare, so that a thread allocating and freeing one block in a loop keeps
         // its chunk.
         let target = band(live, SHARD_CHUNK).saturating_sub(chunk);
-        if s.heap.held() > target {
-            self.trim(s, target, u64::MAX);
-        }
-        // Chunks come from the shared pool usable on `stream` at once.
-        let c = self.shared_allocate(n, stream)?;
+        let back = if s.heap.held() > target {
+            s.take_beyond(target, u64::MAX)
+        } else {
+            Vec::new()
+        };
+        // Chunks come from the shared pool usable on `stream` at once. Those given back and
+        // the one taken move under one lock of the shared pool: on W2 by 8 threads in lockstep
+        // here, half the growths that took a chunk gave chunks back first.
+        let c = self.shared_exchange(&back, n, stream)?;
         let slot = s.heap.slot(stream);
         s.heap.add_chunk(slot, c.0, chunk);
         Self::allocate_in(s, slot, size, bytes).ok_or_else(oom)
+    }
+
+    /// The shards a grower on shard `mine` may take spare chunks from, the one with the most
+    /// memory beyond what it keeps by `keep` first, and every other shard's live bytes
+    /// together. Taking from the richest first moves more memory a steal and leaves alone the
+    /// shards whose threads will soon need theirs: on W1 by 16 threads in lockstep here
+    /// (`examples/sharded_counts.rs --lockstep 64 --drift 0.3`), taking from the first shard
+    /// in index order made 1.7 steals per 1 000 operations, from the richest 0.86; on W2 by 8
+    /// threads 10.8 and 5.5.
+    ///
+    /// # Time complexity
+    ///
+    /// O(shards) lock acquisitions, O(1) each.
+    fn steal_order(&self, mine: usize, keep: Keep) -> (Vec<usize>, u64) {
+        let mut live = 0u64;
+        let mut order: Vec<(u64, usize)> = Vec::new();
+        for k in (0..self.shards.len()).filter(|&k| k != mine) {
+            let s = self.lock(k);
+            live = live.saturating_add(s.heap.live_bytes());
+            let target = s.keep(keep);
+            if s.heap.held() > target && !s.spare.is_empty() {
+                order.push((s.heap.held() - target, k));
+            }
+        }
+        order.sort_unstable_by_key(|&(room, k)| (std::cmp::Reverse(room), k));
+        (order.into_iter().map(|(_, k)| k).collect(), live)
     }
 
     /// Takes from another shard the smallest wholly free chunk of at least `size` bytes that
     /// it holds beyond what it keeps by `keep`, and more of its spare chunks, largest first,
     /// up to [`STEAL_BATCH`] in all, each with the stream it was last freed on and whether
     /// `covered` (the thief's, for `stream`) orders it before `stream` already; those that
-    /// need no event are taken first. One shard locked at a time. When nothing was taken,
-    /// also returns the other shards' live bytes, all of them having been looked at.
+    /// need no event are taken first. The victim is the shard with the most memory beyond what
+    /// it keeps, else the next ([`Self::steal_order`]). One shard locked at a time. When
+    /// nothing was taken, also returns the other shards' live bytes, all of them having been
+    /// looked at.
     ///
     /// # Time complexity
     ///
-    /// O(shards) lock acquisitions and O(spare · log spare) for a shard beyond its band with
-    /// spare chunks.
+    /// Up to 2 · shards lock acquisitions, and O(spare · log spare) for a shard beyond its
+    /// band with spare chunks.
     fn steal(
         &self,
         mine: usize,
@@ -695,10 +771,10 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
         keep: Keep,
         my_live: u64,
     ) -> (Stolen, Option<u64>) {
-        let mut live = 0u64;
-        for k in (0..self.shards.len()).filter(|&k| k != mine) {
+        let (order, live) = self.steal_order(mine, keep);
+        for k in order {
             let mut s = self.lock(k);
-            live = live.saturating_add(s.heap.live_bytes());
+            // Looked at unlocked since: it may have used its spare memory meanwhile.
             let target = s.keep(keep);
             if s.heap.held() <= target || s.spare.is_empty() {
                 continue;
@@ -761,33 +837,21 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
         }
     }
 
-    /// Gives wholly free chunks of `s` back to the shared pool until it holds at most `target`
-    /// bytes or `need` bytes went back (`u64::MAX`: largest first); returns the bytes given.
+    /// Gives wholly free chunks of `s` back to the shared pool, in one exchange, until it
+    /// holds at most `target` bytes or `need` bytes went back (`u64::MAX`: largest first);
+    /// returns the bytes given.
     ///
     /// # Time complexity
     ///
-    /// O(spare chunks · log spare chunks), and one shared-pool call per chunk given back.
+    /// O(spare chunks · log spare chunks), and one shared-pool call.
     fn trim(&self, s: &mut Shard, target: u64, need: u64) -> u64 {
-        // The smallest chunk that makes up `need` first, then the largest: the others keep the
-        // chunks their own large requests need. On W2 by 2 threads here, largest first moved
-        // 70–120 chunks per 1 000 operations, this order 4–32.
-        s.spare_in_order(need, |_| false);
-        let mut given = 0u64;
-        let mut taken = 0;
-        while let Some(&e) = s.spare.get(taken) {
-            if s.heap.held() <= target || given >= need {
-                break;
-            }
-            taken += 1;
-            if let Some((c, stream)) = s.heap.take_free_chunk_at(e.base) {
-                given = given.saturating_add(c.size);
-                // Chunk sizes came from `usize` requests, so they fit. A refusal leaves the
-                // chunk with the shared pool, which gives it back on release.
-                let _ = self.shared_deallocate(DevicePtr(c.base), c.size as usize, stream);
-            }
+        let back = s.take_beyond(target, need);
+        if !back.is_empty() {
+            // A refusal leaves the chunks with the shared pool, which gives them back on
+            // release.
+            let _ = self.shared_exchange(&back, 0, StreamId::DEFAULT);
         }
-        s.spare.drain(..taken);
-        given
+        back.iter().map(|&(_, n, _)| n as u64).sum()
     }
 
     /// Gives the shard's wholly free chunks, but `keep` of them, back to the shared pool.
