@@ -21,8 +21,10 @@
 //!   maximum; when the device is out of memory it gathers every stream's free memory and tries
 //!   once more with exactly the request. [`PoolResource::release`] gives back every wholly
 //!   free chunk, or unmaps every wholly free handle at the end of the segment.
-//! - **Thread safety**: `Send + Sync`. One spin lock (`crate::sync::SpinMutex`) guards the pool; the critical section of an
-//!   allocation or a free is a few dozen instructions and makes no driver call.
+//! - **Thread safety**: `Send + Sync`. One spin lock (`crate::sync::SpinMutex`) guards the
+//!   pool, biased to the first thread that takes it: that thread locks without a locked
+//!   instruction until another thread comes. The critical section of an allocation or a free
+//!   is a few dozen instructions and makes no driver call.
 //! - **Streams**: each stream has its own free lists. Memory freed on stream A is reused on A
 //!   at once. A free records nothing (RMM records an event on every free); only when an
 //!   allocation on B finds nothing in B's lists and takes A's, the pool records its cached
