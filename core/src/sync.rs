@@ -363,9 +363,13 @@ mod spin {
         /// Every running thread of this process executes a full memory barrier before this
         /// returns (a sleeping one passes one when it is scheduled).
         pub(super) fn all_threads_fence() {
-            // Only reached for a lock biased after `available()` registered the process, and
-            // the kernel fails this command only for an unregistered process.
-            let r = membarrier(CMD_PRIVATE_EXPEDITED);
+            // Only reached for a lock biased after `available()` registered the process; the
+            // kernel fails this command only for an unregistered one, which a child of
+            // `fork` may be: register (again) and retry once.
+            let mut r = membarrier(CMD_PRIVATE_EXPEDITED);
+            if r != 0 && membarrier(CMD_REGISTER_PRIVATE_EXPEDITED) == 0 {
+                r = membarrier(CMD_PRIVATE_EXPEDITED);
+            }
             assert!(
                 r == 0,
                 "membarrier(PRIVATE_EXPEDITED) failed after registration: {}",
