@@ -36,6 +36,25 @@ fn on_thread<T: Send>(g: &SimDriver, f: impl FnOnce() -> T + Send) -> T {
     })
 }
 
+/// Two non-blocking streams.
+fn two_streams(g: &SimDriver) -> (StreamId, StreamId) {
+    (
+        g.stream_create(true).unwrap(),
+        g.stream_create(true).unwrap(),
+    )
+}
+
+/// Waits for the device, checks the simulator saw no race or use after free, runs `then`
+/// (e.g. a release), and destroys `streams`.
+fn end_clean(g: &SimDriver, streams: [StreamId; 2], then: impl FnOnce()) {
+    g.context_synchronize().unwrap();
+    assert!(g.report().violations.is_empty(), "{:?}", g.report());
+    then();
+    for s in streams {
+        g.stream_destroy(s).unwrap();
+    }
+}
+
 #[test]
 fn shard_counts_round_up_to_powers_of_two() {
     let g = gpu(GIB);
@@ -158,10 +177,7 @@ fn memory_one_thread_stops_using_serves_another() {
 fn memory_freed_on_another_stream_is_reused_only_after_an_event() {
     let g = gpu(GIB);
     let r = sharded(&g, 1);
-    let (a, b) = (
-        g.stream_create(true).unwrap(),
-        g.stream_create(true).unwrap(),
-    );
+    let (a, b) = two_streams(&g);
     let p = r.allocate(1 << 20, a).unwrap();
     g.device_access(p, 1 << 20, a, true).unwrap();
     r.deallocate(p, 1 << 20, a).unwrap();
@@ -183,11 +199,7 @@ fn memory_freed_on_another_stream_is_reused_only_after_an_event() {
     }
     g.device_access(q, 1 << 20, b, true).unwrap();
     r.deallocate(q, 1 << 20, b).unwrap();
-    g.context_synchronize().unwrap();
-    assert!(g.report().violations.is_empty(), "{:?}", g.report());
-    for s in [a, b] {
-        g.stream_destroy(s).unwrap();
-    }
+    end_clean(&g, [a, b], || {});
 }
 
 #[test]
@@ -371,10 +383,7 @@ fn a_second_steal_of_chunks_freed_before_the_first_needs_no_new_event() {
     // the later batches were freed before that record, so they need no event of their own.
     let g = gpu(GIB);
     let r = sharded(&g, 4);
-    let (a, b) = (
-        g.stream_create(true).unwrap(),
-        g.stream_create(true).unwrap(),
-    );
+    let (a, b) = two_streams(&g);
     on_thread(&g, || {
         let ps: Vec<_> = (0..64).map(|_| r.allocate(1 << 20, a).unwrap()).collect();
         for p in ps {
@@ -406,12 +415,9 @@ fn a_second_steal_of_chunks_freed_before_the_first_needs_no_new_event() {
     let p = on_thread(&g, || r.allocate(1 << 20, a)).unwrap();
     g.device_access(p, 1 << 20, a, true).unwrap();
     r.deallocate(p, 1 << 20, a).unwrap();
-    g.context_synchronize().unwrap();
-    assert!(g.report().violations.is_empty(), "{:?}", g.report());
-    r.release().unwrap();
-    for s in [a, b] {
-        g.stream_destroy(s).unwrap();
-    }
+    end_clean(&g, [a, b], || {
+        r.release().unwrap();
+    });
 }
 
 #[test]
@@ -422,10 +428,7 @@ fn a_chunk_made_wholly_free_by_adopting_another_stream_serves_another_thread() {
     // left out of sight until `release`.
     let g = gpu(GIB);
     let r = sharded(&g, 4);
-    let (a, b) = (
-        g.stream_create(true).unwrap(),
-        g.stream_create(true).unwrap(),
-    );
+    let (a, b) = two_streams(&g);
     let (small, large) = (256 << 10, 768 << 10);
     let (p1, q1, p2, q2) = (
         r.allocate(small, a).unwrap(),
@@ -450,12 +453,9 @@ fn a_chunk_made_wholly_free_by_adopting_another_stream_serves_another_thread() {
     assert_eq!(g.device_memory_used(DeviceId(0)), held, "no new memory");
     r.deallocate(taken, 1 << 20, a).unwrap();
     r.deallocate(used, 700 << 10, a).unwrap();
-    g.context_synchronize().unwrap();
-    assert!(g.report().violations.is_empty(), "{:?}", g.report());
-    r.release().unwrap();
-    for s in [a, b] {
-        g.stream_destroy(s).unwrap();
-    }
+    end_clean(&g, [a, b], || {
+        r.release().unwrap();
+    });
 }
 
 #[test]
