@@ -2,25 +2,24 @@
 //! lists and constant-time allocation (two-level segregated fit).
 //!
 //! - **What it does**: carves blocks out of memory it takes in one of two ways ([`Backing`]).
-//!   By default, over a driver-backed upstream (`CudaResource`) on a driver with virtual
-//!   memory management, it reserves one virtual address range the size of the device and maps
-//!   physical memory at its end as it grows, in handles of one granule (2 MiB) or 1/64 of a
-//!   large growth — an expandable segment, as PyTorch's `expandable_segments` — so free
-//!   blocks merge across every
-//!   boundary and the free end of the range (the *wilderness*) serves a request only when no
-//!   block below it fits. Otherwise it takes chunks from its upstream, sized by its [`Growth`]
-//!   policy (default: the request, rounded to 2 MiB); before growing it gives back wholly free
-//!   chunks if it would otherwise hold more than 1.05 × its live bytes. Free blocks live in
-//!   two-level segregated fit (TLSF) lists — a power-of-two level and 32 linear classes inside
-//!   each — with bitmaps saying which classes are non-empty, so finding a block is two
+//!   By default, over a driver-backed upstream (`CudaResource`) on a driver with virtual memory
+//!   management, it reserves one virtual address range the size of the device and maps physical
+//!   memory at its end as it grows, in handles of one granule (2 MiB) or 1/64 of a large growth
+//!   — an expandable segment, as PyTorch's `expandable_segments` — so free blocks merge across
+//!   every boundary and the free end of the range (the *wilderness*) serves a request only when
+//!   no block below it fits. Otherwise it takes chunks from its upstream, sized by its
+//!   [`Growth`] policy (default: the request, rounded to 2 MiB); before growing it gives back
+//!   wholly free chunks if it would otherwise hold more than 1.05 × its live bytes. Free blocks
+//!   live in two-level segregated fit (TLSF) lists — a power-of-two level and 32 linear classes
+//!   inside each — with bitmaps saying which classes are non-empty, so finding a block is two
 //!   find-first-set instructions however many blocks are free (RMM's pool walks an
 //!   address-ordered list: O(free blocks)). A search looks at the first four blocks of the
 //!   request's own class (the tightest fits), then takes the head of the smallest class whose
 //!   blocks all fit. Freed blocks merge with free neighbours at once. When nothing fits, the
 //!   pool first takes memory another stream freed (see below), then grows, up to an optional
 //!   maximum; when the device is out of memory it gathers every stream's free memory and tries
-//!   once more with exactly the request. [`PoolResource::release`] gives back every wholly
-//!   free chunk, or unmaps every wholly free handle at the end of the segment.
+//!   once more with exactly the request. [`PoolResource::release`] gives back every wholly free
+//!   chunk, or unmaps every wholly free handle at the end of the segment.
 //! - **Thread safety**: `Send + Sync`. One spin lock (`crate::sync::SpinMutex`) guards the
 //!   pool, biased to the first thread that takes it: that thread locks without a locked
 //!   instruction until another thread comes. The critical section of an allocation or a free
@@ -39,10 +38,11 @@
 //!   allocate on the host only to grow their tables (amortized) and on a stream's first use
 //!   (26–31 ns per operation on W1, W2, W3 on the 2-core build machine, 47–66 ns on the lent
 //!   H100's host: README, "The pool's hot path on the lent H100"); growth costs one upstream
-//!   call, or two driver calls per granule mapped and one more. Memory held at peak measured
-//!   1.06–1.08 × peak live bytes on W1, W2, W3 without preallocation (1.08–1.11 with chunks).
-//!   The segment's memory cannot be exported with `cuIpcGetMemHandle`: the pools of the
-//!   built-in managers, which export memory, use [`Backing::Chunks`].
+//!   call, or a free-memory query, two driver calls per handle mapped (at most 64) and one
+//!   more. Memory held at peak measured 1.06–1.08 × peak live bytes on W1, W2, W3 without
+//!   preallocation (1.08–1.11 with chunks). The segment's memory cannot be exported with
+//!   `cuIpcGetMemHandle`: the pools of the built-in managers, which export memory, use
+//!   [`Backing::Chunks`].
 //!
 //! Zero-byte requests return `DevicePtr::NULL` and never reach the lists; sizes are rounded up
 //! to 256 bytes, the alignment of every block. Alignments above 256 are refused with
@@ -281,6 +281,51 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
         st.heap.allocate(slot, size, bytes)
     }
 
+    /// A request of `bytes` (not 0) rounded to the granule; out of memory past the largest.
+    #[inline]
+    fn rounded(bytes: u64) -> MrResult<u64> {
+        round_to_granule(bytes).ok_or(MrError::OutOfMemory {
+            resource: NAME,
+            requested: bytes,
+            available: None,
+        })
+    }
+
+    /// Serves `size` bytes (rounded, `bytes` asked) on `stream`, the lock held.
+    #[inline]
+    fn allocate_locked(
+        &self,
+        st: &mut PoolState,
+        size: u64,
+        bytes: u64,
+        stream: StreamId,
+    ) -> MrResult<DevicePtr> {
+        match Self::allocate_fast(st, size, bytes, stream) {
+            Some(p) => Ok(DevicePtr(p)),
+            None => self.allocate_slow(st, size, bytes, stream),
+        }
+    }
+
+    /// Takes back `ptr` of `bytes` freed on `stream`, the lock held.
+    #[inline]
+    fn deallocate_locked(
+        st: &mut PoolState,
+        ptr: DevicePtr,
+        bytes: usize,
+        stream: StreamId,
+    ) -> MrResult<()> {
+        let slot = match st.heap.slot_of(stream) {
+            Some(slot) => slot,
+            // A stream's lists are made on its first good free, so a bad one changes nothing.
+            None if st.heap.is_live(ptr.0) => st.heap.slot(stream),
+            None => return Err(invalid_free(ptr, bytes, FreeError::NotLive)),
+        };
+        st.heap
+            .deallocate(ptr.0, bytes as u64, slot)
+            .map(|_| ())
+            .map_err(|e| invalid_free(ptr, bytes, e))
+    }
+
     /// Nothing in `stream`'s lists fits: take another stream's memory, or grow.
     #[cold]
     #[inline(never)]
@@ -429,16 +474,9 @@ impl<Up: DeviceMemoryResource> DeviceMemoryResource for PoolResource<Up> {
             return Ok(DevicePtr::NULL);
         }
         let bytes = bytes as u64;
-        let size = round_to_granule(bytes).ok_or(MrError::OutOfMemory {
-            resource: NAME,
-            requested: bytes,
-            available: None,
-        })?;
+        let size = Self::rounded(bytes)?;
         let mut st = self.lock();
-        match Self::allocate_fast(&mut st, size, bytes, stream) {
-            Some(p) => Ok(DevicePtr(p)),
-            None => self.allocate_slow(&mut st, size, bytes, stream),
-        }
+        self.allocate_locked(&mut st, size, bytes, stream)
     }
 
     /// # Time complexity
@@ -450,16 +488,7 @@ impl<Up: DeviceMemoryResource> DeviceMemoryResource for PoolResource<Up> {
             return Ok(());
         }
         let mut st = self.lock();
-        let slot = match st.heap.slot_of(stream) {
-            Some(slot) => slot,
-            // A stream's lists are made on its first good free, so a bad one changes nothing.
-            None if st.heap.is_live(ptr.0) => st.heap.slot(stream),
-            None => Err(FreeError::NotLive).map_err(|e| invalid_free(ptr, bytes, e))?,
-        };
-        match st.heap.deallocate(ptr.0, bytes as u64, slot) {
-            Ok(_) => Ok(()),
-            Err(e) => Err(invalid_free(ptr, bytes, e)),
-        }
+        Self::deallocate_locked(&mut st, ptr, bytes, stream)
     }
 
     fn memory_info(&self) -> Option<MemInfo> {
@@ -564,38 +593,26 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
         bytes: usize,
         stream: StreamId,
     ) -> MrResult<DevicePtr> {
+        // Rounded outside the lock; an absurd size is refused after the blocks are back.
+        let size = (bytes != 0)
+            .then(|| Self::rounded(bytes as u64))
+            .transpose();
         let mut st = self.lock();
         let mut first_err = None;
         for &(ptr, n, on) in back {
             if ptr == DevicePtr::NULL && n == 0 {
                 continue;
             }
-            let slot = match st.heap.slot_of(on) {
-                Some(slot) => slot,
-                None if st.heap.is_live(ptr.0) => st.heap.slot(on),
-                None => {
-                    first_err.get_or_insert(invalid_free(ptr, n, FreeError::NotLive));
-                    continue;
-                }
-            };
-            if let Err(e) = st.heap.deallocate(ptr.0, n as u64, slot) {
-                first_err.get_or_insert(invalid_free(ptr, n, e));
+            if let Err(e) = Self::deallocate_locked(&mut st, ptr, n, on) {
+                first_err.get_or_insert(e);
             }
         }
         if let Some(e) = first_err {
             return Err(e);
         }
-        if bytes == 0 {
-            return Ok(DevicePtr::NULL);
-        }
-        let size = round_to_granule(bytes as u64).ok_or(MrError::OutOfMemory {
-            resource: NAME,
-            requested: bytes as u64,
-            available: None,
-        })?;
-        match Self::allocate_fast(&mut st, size, bytes as u64, stream) {
-            Some(p) => Ok(DevicePtr(p)),
-            None => self.allocate_slow(&mut st, size, bytes as u64, stream),
+        match size? {
+            Some(size) => self.allocate_locked(&mut st, size, bytes as u64, stream),
+            None => Ok(DevicePtr::NULL),
         }
     }
 

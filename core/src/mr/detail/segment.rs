@@ -90,8 +90,8 @@ impl ExpandableSegment {
     ///
     /// # Time complexity
     ///
-    /// O(1) (O(blocks of the segment) when its last block is live) plus two driver calls per
-    /// granule mapped and one more.
+    /// O(1) (O(blocks of the segment) when its last block is live) plus a free-memory query,
+    /// two driver calls per handle mapped (at most 64) and one more.
     pub(crate) fn grow_for(
         &mut self,
         driver: &dyn Driver,
@@ -206,7 +206,8 @@ impl ExpandableSegment {
     ///
     /// # Time complexity
     ///
-    /// O(blocks of the segment) plus two driver calls per granule given back.
+    /// O(blocks of the segment + handles given back) plus two driver calls per handle given
+    /// back.
     pub(crate) fn release_free_tail(
         &mut self,
         driver: &dyn Driver,
