@@ -31,6 +31,9 @@ pub(crate) struct Chunk {
     pub size: u64,
     /// Its lowest block: never merged away, as merges keep the lower block.
     pub(super) first: u32,
+    /// Its owner's mark (0 when unset): the sharded pool stamps a chunk a free left wholly
+    /// free, so that it lists the chunk as spare once, however often it becomes whole.
+    pub(super) mark: u64,
 }
 
 /// The free lists of one stream.
@@ -323,6 +326,7 @@ impl CoalescingHeap {
             base,
             size,
             first: i,
+            mark: 0,
         });
         self.held += size;
     }
@@ -338,15 +342,28 @@ impl CoalescingHeap {
         c
     }
 
-    /// The size of the chunk based at `base` when it is wholly free.
+    /// The chunk based at `base` when it is wholly free: its size, its mark and the stream whose
+    /// lists hold it.
     ///
     /// # Time complexity
     ///
     /// O(1) expected: one map lookup.
-    pub(crate) fn free_chunk_size(&self, base: u64) -> Option<u64> {
-        let c = *self.chunks.get(self.chunk_pos.get(base)? as usize)?;
+    pub(crate) fn free_chunk(&self, base: u64) -> Option<(u64, u64, StreamId)> {
+        let c = self.chunks.get(self.chunk_pos.get(base)? as usize)?;
         let b = self.slab.get(c.first);
-        (b.is_free() && b.size == c.size).then_some(c.size)
+        (b.is_free() && b.size == c.size)
+            .then(|| (c.size, c.mark, self.lists[b.owner as usize].stream))
+    }
+
+    /// Sets the mark of the chunk based at `base` and returns the mark it had; `None` when no
+    /// chunk starts there.
+    ///
+    /// # Time complexity
+    ///
+    /// O(1) expected: one map lookup.
+    pub(crate) fn mark_chunk(&mut self, base: u64, mark: u64) -> Option<u64> {
+        let k = self.chunk_pos.get(base)? as usize;
+        Some(std::mem::replace(&mut self.chunks.get_mut(k)?.mark, mark))
     }
 
     /// Removes the chunk based at `base` when it is wholly free, and returns it with the stream
