@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use emm_core::driver::counting::CallCounts;
 use emm_core::mr::bench_threads::{self, ThreadsConfig, ThreadsResult};
 use emm_core::mr::named;
 use emm_core::workloads::Workload;
@@ -37,15 +38,20 @@ pub fn print(r: &ThreadsResult, backend: &str, json: bool) {
         println!("{v}");
     } else {
         let per_kop = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.3}"));
+        let calls = |class: fn(&CallCounts) -> u64| {
+            per_kop(r.driver_calls.as_ref().map(|c| r.per_kop(class(c))))
+        };
         println!(
-            "{:<10} {:<4} {:>7} {:>7} {:>14.0} {:>10.3} {:>10} {:>10}",
+            "{:<10} {:<4} {:>7} {:>7} {:>14.0} {:>10.3} {:>8} {:>8} {:>8} {:>10}",
             r.resource,
             r.workload,
             r.threads,
             if r.shared_stream { "shared" } else { "own" },
             r.ops_per_s,
             r.held_over_live(),
-            per_kop(r.driver_calls_per_kop()),
+            calls(|c| c.memory),
+            calls(|c| c.ordering),
+            calls(|c| c.other),
             per_kop(r.chunk_moves_per_kop())
         );
     }
@@ -62,12 +68,22 @@ pub fn print(r: &ThreadsResult, backend: &str, json: bool) {
     }
 }
 
-/// The table's header: the last two columns are the resource's driver calls and chunk moves
-/// (`DeviceMemoryResource::chunk_moves`) per 1 000 operations of the timed rounds.
+/// The table's header: the last four columns are the resource's driver calls by class
+/// (memory, ordering, other) and chunk moves (`DeviceMemoryResource::chunk_moves`) per 1 000
+/// operations of the timed rounds.
 pub fn header() {
     println!(
-        "{:<10} {:<4} {:>7} {:>7} {:>14} {:>10} {:>10} {:>10}",
-        "resource", "wl", "threads", "stream", "ops/s", "held/live", "drv/kop", "moves/kop"
+        "{:<10} {:<4} {:>7} {:>7} {:>14} {:>10} {:>8} {:>8} {:>8} {:>10}",
+        "resource",
+        "wl",
+        "threads",
+        "stream",
+        "ops/s",
+        "held/live",
+        "mem/kop",
+        "ord/kop",
+        "oth/kop",
+        "moves/kop"
     );
 }
 

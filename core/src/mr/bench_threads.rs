@@ -141,7 +141,8 @@ impl ThreadsResult {
         self.chunk_moves.map(|c| self.per_kop(c))
     }
 
-    fn per_kop(&self, n: u64) -> f64 {
+    /// `n` per 1 000 operations of the timed rounds.
+    pub fn per_kop(&self, n: u64) -> f64 {
         n as f64 * 1000.0 / self.timed_ops.max(1) as f64
     }
 

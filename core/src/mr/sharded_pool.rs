@@ -710,7 +710,7 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
         {
             return Ok(p);
         }
-        self.take_chunk(&mut s, size, bytes, stream)
+        self.take_chunk(mine, s, size, bytes, stream)
     }
 
     /// Whether the shared pool, giving a shard a chunk of `chunk` bytes now, would hold at
@@ -789,13 +789,18 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
         Ok(Self::allocate_in(&mut s, slot, size, bytes))
     }
 
-    /// Takes a chunk for `size` bytes from the shared pool into `s` and serves the request from
-    /// it; first, if `s` would then hold more than [`KEEP_ABOVE_LIVE`] allows, gives wholly
-    /// free chunks back (none fits, or the request would not be here), largest first, until
-    /// it would not.
+    /// Takes a chunk for `size` bytes from the shared pool into shard `mine` (locked as `s`) and
+    /// serves the request from it; first, if the shard would then hold more than
+    /// [`KEEP_ABOVE_LIVE`] allows, gives wholly free chunks back (none fits, or the request
+    /// would not be here), largest first, until it would not.
+    ///
+    /// The shard is unlocked while the shared pool works: it may call the driver (`cuMemAlloc`
+    /// of a large chunk, `cuMemFree`s when it trims), and every grower locks every shard in
+    /// turn, so a shard locked over a driver call stalled each thread that needed memory.
     fn take_chunk(
         &self,
-        s: &mut Shard,
+        mine: usize,
+        mut s: ShardGuard<'_>,
         size: u64,
         bytes: u64,
         stream: StreamId,
@@ -819,10 +824,12 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
         // Chunks come from the shared pool usable on `stream` at once. Those given back and
         // the one taken move under one lock of the shared pool: on W2 by 8 threads in lockstep
         // here, half the growths that took a chunk gave chunks back first.
+        drop(s);
         let c = self.shared_exchange(&back, n, stream)?;
+        let mut s = self.lock(mine);
         let slot = s.heap.slot(stream);
         s.heap.add_chunk(slot, c.0, chunk);
-        Self::allocate_in(s, slot, size, bytes).ok_or_else(oom)
+        Self::allocate_in(&mut s, slot, size, bytes).ok_or_else(oom)
     }
 
     /// The shards a grower on shard `mine` may take spare chunks from, the one with the most
@@ -1044,8 +1051,9 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
         // Try again even when this release gave nothing back: another thread's release may
         // have given the memory to the upstream since the request failed (tests/loom_sharded.rs).
         let _ = self.release();
-        let mut s = self.lock(self.my_shard());
-        self.take_chunk(&mut s, size, bytes, stream)
+        let mine = self.my_shard();
+        let s = self.lock(mine);
+        self.take_chunk(mine, s, size, bytes, stream)
     }
 }
 
