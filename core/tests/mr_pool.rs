@@ -334,16 +334,21 @@ fn an_exchange_takes_blocks_back_and_serves_a_request_from_them() {
         p.allocate(8 << 20, s).unwrap(),
     );
     let held = p.held_bytes();
-    let c = p
+    let (c, levels) = p
         .exchange(&[(a, 8 << 20, s), (b, 8 << 20, s)], 4 << 20, s)
         .unwrap();
     assert_ne!(c, DevicePtr::NULL);
     assert_eq!(p.held_bytes(), held, "served from what came back");
+    // The levels after the exchange, read under its lock.
+    assert_eq!(levels, p.levels());
+    assert_eq!(levels.free, held - (4 << 20));
     assert_eq!(p.live_allocations(), 1);
     // Both went back: freeing them again is refused.
     assert!(p.deallocate(a, 8 << 20, s).is_err());
     // Nothing to allocate: blocks go back only.
-    assert_eq!(p.exchange(&[(c, 4 << 20, s)], 0, s), Ok(DevicePtr::NULL));
+    let (none, levels) = p.exchange(&[(c, 4 << 20, s)], 0, s).unwrap();
+    assert_eq!(none, DevicePtr::NULL);
+    assert_eq!(levels.free, levels.held);
     assert_eq!(p.live_allocations(), 0);
     p.check().unwrap();
 }

@@ -55,7 +55,7 @@ pub use fixed_size::FixedSizeResource;
 pub use local::LocalMemoryResource;
 pub use managed::ManagedResource;
 pub use pinned_host::PinnedHostResource;
-pub use pool::PoolResource;
+pub use pool::{PoolLevels, PoolResource};
 pub use pool_options::{Backing, Growth, PoolOptions};
 pub use sharded_pool::ShardedPoolResource;
 

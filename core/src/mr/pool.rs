@@ -93,6 +93,15 @@ pub struct PoolResource<Up: DeviceMemoryResource> {
     context: Option<ContextId>,
 }
 
+/// A pool's memory at one moment: bytes held from upstream, and bytes of them free.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PoolLevels {
+    /// Bytes held from upstream.
+    pub held: u64,
+    /// Bytes held and free in the pool, all streams together.
+    pub free: u64,
+}
+
 impl<Up: DeviceMemoryResource> PoolResource<Up> {
     /// A pool over `upstream` that starts empty and grows on demand without limit.
     pub fn new(upstream: Up) -> Self {
@@ -178,6 +187,18 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
     /// Bytes held from upstream.
     pub fn held_bytes(&self) -> u64 {
         self.lock().heap.held()
+    }
+
+    /// Bytes held from upstream, and bytes of them free in the pool, read together.
+    pub fn levels(&self) -> PoolLevels {
+        Self::levels_locked(&self.lock())
+    }
+
+    fn levels_locked(st: &PoolState) -> PoolLevels {
+        PoolLevels {
+            held: st.heap.held(),
+            free: st.heap.free_bytes(),
+        }
     }
 
     /// Bytes held from upstream and free in the pool, all streams together.
@@ -576,7 +597,8 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
     /// was last used on, as [`DeviceMemoryResource::deallocate`] would — then allocates
     /// `bytes` on `stream`, all under one acquisition of the pool's lock: for a cache in front
     /// of the pool that trades blocks it cannot use for one it can (`ShardedPoolResource`),
-    /// so that other threads wait for the lock once, not once a block.
+    /// so that other threads wait for the lock once, not once a block. Returns the block and
+    /// the pool's levels after, read under the same lock.
     ///
     /// # Errors
     ///
@@ -592,7 +614,7 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
         back: &[(DevicePtr, usize, StreamId)],
         bytes: usize,
         stream: StreamId,
-    ) -> MrResult<DevicePtr> {
+    ) -> MrResult<(DevicePtr, PoolLevels)> {
         // Rounded outside the lock; an absurd size is refused after the blocks are back.
         let size = (bytes != 0)
             .then(|| Self::rounded(bytes as u64))
@@ -610,10 +632,11 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
         if let Some(e) = first_err {
             return Err(e);
         }
-        match size? {
-            Some(size) => self.allocate_locked(&mut st, size, bytes as u64, stream),
-            None => Ok(DevicePtr::NULL),
-        }
+        let p = match size? {
+            Some(size) => self.allocate_locked(&mut st, size, bytes as u64, stream)?,
+            None => DevicePtr::NULL,
+        };
+        Ok((p, Self::levels_locked(&st)))
     }
 
     /// The growth policy in force.
