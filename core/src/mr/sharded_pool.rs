@@ -20,7 +20,8 @@
 //!   (from the shard with the most beyond it first; the smallest that fits, then more up to
 //!   8 MiB or 1/8 of the thief's live bytes); a chunk from the shared pool, while the shared
 //!   pool then holds at most [`HELD_BUDGET`] (1.15) × the largest total of live bytes a grower
-//!   has seen; else other shards' wholly free chunks
+//!   has seen (each shard publishes its live bytes as it unlocks); else other shards' wholly
+//!   free chunks
 //!   beyond 1.05 × their live bytes (as before peaks were kept; again the richest shard first),
 //!   gathered into the shared pool if none fits alone. When it takes a chunk, a shard gives its
 //!   own wholly free chunks back beyond 1.05 × its live bytes plus one chunk (as `PoolResource`
@@ -530,7 +531,8 @@ pub struct ShardedPoolResource<Up: DeviceMemoryResource> {
     /// the one taken count once) and once a steal.
     moves: PaddedCount,
     /// The largest total of the shards' live bytes a grower has seen: what [`HELD_BUDGET`]
-    /// scales. Sampled when growing, so it falls short of the true peak, never beyond it.
+    /// scales. Summed when growing from what each shard published at its last unlock
+    /// ([`Self::total_live`]), read within a few loads, so it stays close to the true peak.
     peak_live: PaddedCount,
     /// The shared pool's levels after the last call into it that changed them: read by growers
     /// with no lock ([`Self::within_budget`]).
