@@ -435,63 +435,53 @@ struct Stolen {
 }
 
 /// A shard's lock on a cache line of its own, so that threads on neighbouring shards do not
-/// slow each other down, and what it published at its last unlock.
+/// slow each other down, and its live bytes as of its last unlock.
 #[derive(Debug, Default)]
 #[repr(align(128))]
 struct Padded {
     lock: SpinMutex<Shard>,
-    hints: Hints,
+    live: LiveHint,
 }
 
-/// What a shard publishes as it unlocks, for growers to read with no lock: hints, which no
-/// safety property rests on, so std's atomics under loom too (modelled ones multiplied the
-/// interleavings of every lock and unlock).
-#[derive(Debug, Default)]
-struct Hints {
-    /// Its live bytes: the growers' budget sums them ([`ShardedPoolResource::total_live`]).
-    live: std::sync::atomic::AtomicU64,
-    /// Its held bytes: a grower locks no shard that holds none.
-    held: std::sync::atomic::AtomicU64,
-}
+/// A shard's published live bytes: a hint for the growers' budget, which no safety property
+/// rests on, so std's atomic under loom too (a modelled one multiplied the interleavings of
+/// every lock and unlock).
+type LiveHint = std::sync::atomic::AtomicU64;
 
-/// A locked shard; unlocking publishes its [`Hints`] — its live bytes only when `HELD` is
-/// false: the fast paths, which never change what a shard holds, so that they pay one store.
-struct ShardGuard<'a, const HELD: bool = true> {
+/// A locked shard; unlocking publishes its live bytes ([`ShardedPoolResource::total_live`]).
+struct ShardGuard<'a> {
     shard: SpinGuard<'a, Shard>,
-    hints: &'a Hints,
+    live: &'a LiveHint,
 }
 
-impl<const HELD: bool> std::ops::Deref for ShardGuard<'_, HELD> {
+impl std::ops::Deref for ShardGuard<'_> {
     type Target = Shard;
     fn deref(&self) -> &Shard {
         &self.shard
     }
 }
 
-impl<const HELD: bool> std::ops::DerefMut for ShardGuard<'_, HELD> {
+impl std::ops::DerefMut for ShardGuard<'_> {
     fn deref_mut(&mut self) -> &mut Shard {
         &mut self.shard
     }
 }
 
-impl<const HELD: bool> Drop for ShardGuard<'_, HELD> {
+impl Drop for ShardGuard<'_> {
     #[inline]
     fn drop(&mut self) {
         // Still locked: the fields drop after this.
-        let heap = &self.shard.heap;
-        self.hints.live.store(heap.live_bytes(), Ordering::Relaxed);
-        if HELD {
-            self.hints.held.store(heap.held(), Ordering::Relaxed);
-        }
+        self.live
+            .store(self.shard.heap.live_bytes(), Ordering::Relaxed);
     }
 }
 
-/// The shared pool's [`PoolLevels`], on a cache line of their own: hints, as [`Hints`] are.
+/// The shared pool's [`PoolLevels`], on a cache line of their own.
 #[derive(Debug, Default)]
 #[repr(align(128))]
 struct PaddedLevels {
-    held: std::sync::atomic::AtomicU64,
-    free: std::sync::atomic::AtomicU64,
+    held: AtomicU64,
+    free: AtomicU64,
 }
 
 impl PaddedLevels {
@@ -626,34 +616,13 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
         self.shared.deallocate(ptr, bytes, stream)
     }
 
-    /// Locks shard `k`; unlocking publishes its live and held bytes.
     #[inline]
     fn lock(&self, k: usize) -> ShardGuard<'_> {
-        self.lock_as(k)
-    }
-
-    /// Locks shard `k` for a fast path, which changes what it holds in no way; unlocking
-    /// publishes its live bytes.
-    #[inline]
-    fn lock_fast(&self, k: usize) -> ShardGuard<'_, false> {
-        self.lock_as(k)
-    }
-
-    #[inline]
-    fn lock_as<const HELD: bool>(&self, k: usize) -> ShardGuard<'_, HELD> {
         let p = &self.shards[k & self.mask];
         ShardGuard {
             shard: p.lock.lock(),
-            hints: &p.hints,
+            live: &p.live,
         }
-    }
-
-    /// The shards other than `mine` that held memory at their last unlock: those a grower may
-    /// take from. Locking every shard instead locked 24 unused ones a growth with 8 threads on
-    /// the H100 host's 32 shards.
-    fn others_holding(&self, mine: usize) -> impl Iterator<Item = usize> + '_ {
-        (0..self.shards.len())
-            .filter(move |&k| k != mine && self.shards[k].hints.held.load(Ordering::Relaxed) != 0)
     }
 
     /// Every shard's live bytes as of its last unlock, summed: one read a shard, no lock. Summing
@@ -664,7 +633,7 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
     fn total_live(&self) -> u64 {
         self.shards
             .iter()
-            .map(|p| p.hints.live.load(Ordering::Relaxed))
+            .map(|p| p.live.load(Ordering::Relaxed))
             .fold(0, u64::saturating_add)
     }
 
@@ -911,7 +880,7 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
     /// O(shards) lock acquisitions, O(1) each.
     fn steal_order(&self, mine: usize, keep: Keep) -> Vec<usize> {
         let mut order: Vec<(u64, usize)> = Vec::new();
-        for k in self.others_holding(mine) {
+        for k in (0..self.shards.len()).filter(|&k| k != mine) {
             let s = self.lock(k);
             let target = s.keep(keep);
             if s.heap.held() > target && !s.spare.is_empty() {
@@ -998,7 +967,7 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
     /// one shared-pool call per chunk given back.
     fn reclaim(&self, mine: usize, need: u64, keep: Keep) {
         let mut got = 0u64;
-        for k in self.others_holding(mine) {
+        for k in (0..self.shards.len()).filter(|&k| k != mine) {
             if got >= need {
                 return;
             }
@@ -1077,7 +1046,7 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
         bytes: u64,
         stream: StreamId,
     ) -> Result<MrResult<()>, FreeError> {
-        let mut s = self.lock_fast(k);
+        let mut s = self.lock(k);
         let slot = match s.heap.slot_of(stream) {
             Some(slot) => slot,
             None if s.heap.is_live(ptr.0) => s.heap.slot(stream),
@@ -1156,7 +1125,7 @@ impl<Up: DeviceMemoryResource> DeviceMemoryResource for ShardedPoolResource<Up> 
         let mine = self.my_shard();
         let (my_live, covered);
         {
-            let mut s = self.lock_fast(mine);
+            let mut s = self.lock(mine);
             // Budget: one thread-local read, an uncontended lock, the pool's heap fast path.
             if let Some(p) = s
                 .heap
