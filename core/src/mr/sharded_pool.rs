@@ -476,12 +476,13 @@ impl Drop for ShardGuard<'_> {
     }
 }
 
-/// The shared pool's [`PoolLevels`], on a cache line of their own.
+/// The shared pool's [`PoolLevels`], on a cache line of their own: hints, which no safety
+/// property rests on, so std's atomics under loom too, as the shards' published live bytes.
 #[derive(Debug, Default)]
 #[repr(align(128))]
 struct PaddedLevels {
-    held: AtomicU64,
-    free: AtomicU64,
+    held: std::sync::atomic::AtomicU64,
+    free: std::sync::atomic::AtomicU64,
 }
 
 impl PaddedLevels {
