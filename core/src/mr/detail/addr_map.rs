@@ -77,7 +77,7 @@ impl AddrMap {
     }
 
     /// Number of entries.
-    #[cfg(test)]
+    #[inline]
     pub(crate) fn len(&self) -> usize {
         self.len
     }

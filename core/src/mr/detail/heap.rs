@@ -86,7 +86,6 @@ pub(crate) struct CoalescingHeap {
     pub(super) live: AddrMap,
     pub(super) chunks: Vec<Chunk>,
     pub(super) held: u64,
-    pub(super) live_count: usize,
     /// Bytes in live blocks (granule-rounded).
     pub(super) live_bytes: u64,
     /// Whether the free last block of a chunk is kept as the wilderness (`heap_tail`).
@@ -117,7 +116,7 @@ impl CoalescingHeap {
 
     /// Number of live blocks.
     pub(crate) fn live_count(&self) -> usize {
-        self.live_count
+        self.live.len()
     }
 
     /// Number of free blocks, all streams together.
@@ -204,7 +203,6 @@ impl CoalescingHeap {
         blk.owner = LIVE;
         blk.requested = requested;
         self.live.insert(b.addr, i);
-        self.live_count += 1;
         self.live_bytes += size;
         Some(b.addr)
     }
@@ -435,7 +433,6 @@ impl CoalescingHeap {
             return Err(FreeError::WrongSize { allocated });
         }
         let size = b.size;
-        self.live_count -= 1;
         self.live_bytes -= size;
         let merged = self.file_free(slot, i);
         let merged = self.slab.get(merged);
@@ -606,11 +603,11 @@ impl CoalescingHeap {
                 return Err(format!("chunk {:#x} not fully tiled", c.base));
             }
         }
-        if live != self.live_count || held != self.held || live_bytes != self.live_bytes {
+        if live != self.live.len() || held != self.held || live_bytes != self.live_bytes {
             return Err(format!(
                 "counts: {live} live blocks seen, {} counted; {held} held, {} counted; \
                  {live_bytes} live bytes seen, {} counted (free bytes are held minus live)",
-                self.live_count, self.held, self.live_bytes
+                self.live.len(), self.held, self.live_bytes
             ));
         }
         let mut filed = Vec::new();

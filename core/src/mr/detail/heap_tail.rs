@@ -79,7 +79,6 @@ impl CoalescingHeap {
         blk.owner = LIVE;
         blk.requested = requested;
         self.live.insert(b.addr, w);
-        self.live_count += 1;
         self.live_bytes += size;
         Some(b.addr)
     }
