@@ -607,7 +607,9 @@ impl CoalescingHeap {
             return Err(format!(
                 "counts: {live} live blocks seen, {} counted; {held} held, {} counted; \
                  {live_bytes} live bytes seen, {} counted (free bytes are held minus live)",
-                self.live.len(), self.held, self.live_bytes
+                self.live.len(),
+                self.held,
+                self.live_bytes
             ));
         }
         let mut filed = Vec::new();

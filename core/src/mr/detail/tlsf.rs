@@ -48,9 +48,17 @@ fn class_of_units(units: u64) -> (usize, usize) {
     (fl, sl)
 }
 
-/// The first class whose every block holds at least `size` bytes (rounding up), or `None` past
-/// the largest class.
+/// The low bits of `units` below its class's width (a class of `units`' power of two spans
+/// 2^(msb − 5) units): zero when `units` starts its class.
 #[inline]
+fn class_width_mask(units: u64) -> u64 {
+    let msb = 63 - units.leading_zeros();
+    (1u64 << (msb.max(SL_LOG2) - SL_LOG2)) - 1
+}
+
+/// The first class whose every block holds at least `size` bytes (rounding up), or `None` past
+/// the largest class: [`TlsfIndex::find`]'s rule, spelled out for the tests.
+#[cfg(test)]
 fn class_at_least(size: u64) -> Option<(usize, usize)> {
     let units = size >> GRANULE_SHIFT;
     let msb = 63 - units.leading_zeros();
@@ -159,40 +167,18 @@ impl TlsfIndex {
     pub(crate) fn find(&self, blocks: &[Block], size: u64) -> Option<u32> {
         // Budget: a few steps of the request's own class (closest to best fit, which measured
         // 1.14 → 1.08 held over peak live on W3), then two find-first-set operations.
-        if let Some(i) = self.scan_own_class(blocks, size) {
-            return Some(i);
-        }
-        if let Some((fl, sl)) = class_at_least(size) {
-            let sl_map = self.sl_bitmap[fl] & (u32::MAX << sl);
-            let found = if sl_map != 0 {
-                Some((fl, sl_map.trailing_zeros() as usize))
-            } else {
-                let fl_map = self.fl_bitmap & u64::MAX.checked_shl(fl as u32 + 1).unwrap_or(0);
-                (fl_map != 0).then(|| {
-                    let fl = fl_map.trailing_zeros() as usize;
-                    (fl, self.sl_bitmap[fl].trailing_zeros() as usize)
-                })
-            };
-            if let Some((fl, sl)) = found {
-                return Some(self.heads[fl * SL_COUNT + sl]);
-            }
-        }
-        None
-    }
-
-    /// The first step of [`TlsfIndex::find`]: blocks of the request's own class may be large
-    /// enough even though the class as a whole is not, and fit more tightly than any block of
-    /// a larger class.
-    #[inline]
-    fn scan_own_class(&self, blocks: &[Block], size: u64) -> Option<u32> {
-        let (fl, sl) = class_of(size);
+        let units = size >> GRANULE_SHIFT;
+        let (fl, sl) = class_of_units(units);
         if fl >= FL_COUNT {
             return None;
         }
-        let mut i = self.heads[fl * SL_COUNT + sl];
+        let own = fl * SL_COUNT + sl;
+        // Blocks of the own class may be large enough although the class as a whole is not,
+        // and fit more tightly than any block of a larger class.
+        let mut i = self.heads[own];
         for _ in 0..EXACT_CLASS_SCAN {
             if i == NIL {
-                return None;
+                break;
             }
             let b = &blocks[i as usize];
             if b.size >= size {
@@ -200,7 +186,25 @@ impl TlsfIndex {
             }
             i = b.next_free;
         }
-        None
+        // The first class whose every block is large enough: the own class when `size` starts
+        // it, else the next (class indices are consecutive across first levels).
+        let start = own + usize::from(units & class_width_mask(units) != 0);
+        let (fl, sl) = (start / SL_COUNT, start % SL_COUNT);
+        if fl >= FL_COUNT {
+            return None;
+        }
+        let sl_map = self.sl_bitmap[fl] & (u32::MAX << sl);
+        let (fl, sl) = if sl_map != 0 {
+            (fl, sl_map.trailing_zeros() as usize)
+        } else {
+            let fl_map = self.fl_bitmap & u64::MAX.checked_shl(fl as u32 + 1).unwrap_or(0);
+            if fl_map == 0 {
+                return None;
+            }
+            let fl = fl_map.trailing_zeros() as usize;
+            (fl, self.sl_bitmap[fl].trailing_zeros() as usize)
+        };
+        Some(self.heads[fl * SL_COUNT + sl])
     }
 
     /// Every block in the lists, in no particular order (for release and merging lists).
@@ -255,6 +259,22 @@ mod tests {
         assert_eq!(class_at_least(65 * GRANULE), Some((2, 1)));
         let (fl, _) = class_at_least(!(GRANULE - 1)).unwrap();
         assert!(fl < FL_COUNT);
+    }
+
+    #[test]
+    fn the_next_class_index_is_the_rounded_up_class() {
+        // `find` takes the own class's index, plus one when the size does not start it.
+        let large = (0..56).flat_map(|b| [(1u64 << b) - 1, 1u64 << b, (1u64 << b) + 1]);
+        for units in (1..70_000u64).chain(large.filter(|&u| u > 0)) {
+            let (fl, sl) = class_of_units(units);
+            let start = fl * SL_COUNT + sl + usize::from(units & class_width_mask(units) != 0);
+            let want = class_at_least(units * GRANULE).map(|(fl, sl)| fl * SL_COUNT + sl);
+            assert_eq!(
+                Some(start).filter(|&s| s < FL_COUNT * SL_COUNT),
+                want,
+                "{units} units"
+            );
+        }
     }
 
     #[test]
