@@ -57,6 +57,8 @@ fn first(bits: u32) -> usize {
 pub(crate) struct AddrMap {
     groups: Vec<Group>,
     len: usize,
+    /// The length at which an insert doubles the table first: 3/8 of the slots.
+    grow_at: usize,
     /// `64 - log2(groups)`: the shift that turns a 64-bit hash into a group.
     shift: u32,
 }
@@ -72,6 +74,7 @@ impl AddrMap {
         AddrMap {
             groups: vec![EMPTY_GROUP; 1 << bits],
             len: 0,
+            grow_at: (GROUP << bits) * 3 / 8,
             shift: 64 - bits,
         }
     }
@@ -133,7 +136,7 @@ impl AddrMap {
     pub(crate) fn insert(&mut self, key: u64, value: u32) {
         debug_assert_ne!(key, 0);
         debug_assert!(self.find(key).is_none(), "key inserted twice");
-        if (self.len + 1) * 8 > self.groups.len() * GROUP * 3 {
+        if self.len >= self.grow_at {
             self.grow();
         }
         let (mut g, tag) = self.home(key);
