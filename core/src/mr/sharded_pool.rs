@@ -440,18 +440,18 @@ struct Stolen {
 #[repr(align(128))]
 struct Padded {
     lock: SpinMutex<Shard>,
-    live: LiveHint,
+    live: Hint,
 }
 
-/// A shard's published live bytes: a hint for the growers' budget, which no safety property
-/// rests on, so std's atomic under loom too (a modelled one multiplied the interleavings of
-/// every lock and unlock).
-type LiveHint = std::sync::atomic::AtomicU64;
+/// A figure published for growers to read with no lock (a shard's live bytes, the shared
+/// pool's levels): a hint for their budget, which no safety property rests on, so std's atomic
+/// under loom too (a modelled one multiplied the interleavings of every lock and unlock).
+type Hint = std::sync::atomic::AtomicU64;
 
 /// A locked shard; unlocking publishes its live bytes ([`ShardedPoolResource::total_live`]).
 struct ShardGuard<'a> {
     shard: SpinGuard<'a, Shard>,
-    live: &'a LiveHint,
+    live: &'a Hint,
 }
 
 impl std::ops::Deref for ShardGuard<'_> {
@@ -476,13 +476,12 @@ impl Drop for ShardGuard<'_> {
     }
 }
 
-/// The shared pool's [`PoolLevels`], on a cache line of their own: hints, which no safety
-/// property rests on, so std's atomics under loom too, as the shards' published live bytes.
+/// The shared pool's [`PoolLevels`] as [`Hint`]s, on a cache line of their own.
 #[derive(Debug, Default)]
 #[repr(align(128))]
 struct PaddedLevels {
-    held: std::sync::atomic::AtomicU64,
-    free: std::sync::atomic::AtomicU64,
+    held: Hint,
+    free: Hint,
 }
 
 impl PaddedLevels {
