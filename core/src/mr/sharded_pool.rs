@@ -27,8 +27,11 @@
 //!   own wholly free chunks back beyond 1.05 × its live bytes plus one chunk (as `PoolResource`
 //!   does before it grows), in the same call to the shared pool ([`PoolResource::exchange`]):
 //!   one lock of the shared pool, one chunk move. So the shared pool calls the driver only
-//!   when no thread has memory to spare or the budget allows it. When the shared pool runs out of memory, every shard's wholly free chunks go
-//!   back and the request is tried once more; `release` gives them all back.
+//!   when no thread has memory to spare or the budget allows it. Growers choose whom to take
+//!   from by what each shard published at its last unlock, with no lock; before the shared
+//!   pool grows beyond the budget they look again under each shard's lock. When the shared
+//!   pool runs out of memory, every shard's wholly free chunks go back and the request is
+//!   tried once more; `release` gives them all back.
 //! - **Thread safety**: `Send + Sync`. One lock per shard (on its own cache line), one for the
 //!   shared pool; a thread takes its shard's lock, and the shared pool's only to move a chunk.
 //!   A thread holds at most one shard's lock at a time (it lets its own go before it gathers
@@ -50,9 +53,9 @@
 //! - **Use and cost**: the pool for many threads. An allocation or a free from the allocating
 //!   thread costs one thread-local read and an uncontended lock on top of the pool's O(1)
 //!   heap path (and the recent peak's compare and count); a free from another thread looks
-//!   through the shards (O(shards) lock attempts). Growth locks every shard in turn
-//!   to find the one with the most to spare, then that one again (O(shards + its spare
-//!   chunks)), and takes chunks from another shard or the shared pool;
+//!   through the shards (O(shards) lock attempts). Growth reads what every shard published
+//!   at its last unlock to find the one with the most to spare, and locks only that one
+//!   (O(shards + its spare chunks)), and takes chunks from another shard or the shared pool;
 //!   once a thread's shard holds what its recent peak needs, it does not grow again. The
 //!   many-threads benchmark counts the chunk moves and driver calls per 1 000 operations
 //!   (README, "Many threads").
@@ -219,6 +222,15 @@ enum Keep {
     Peak,
     /// Up to [`band`] of its live bytes.
     Live,
+}
+
+/// How a grower reads what the other shards hold and keep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Scan {
+    /// As each published at its last unlock ([`Published`]): no lock.
+    Published,
+    /// Under each shard's lock in turn: before the shared pool grows beyond the budget.
+    Locked,
 }
 
 /// One shard: a heap over chunks of the shared pool, and its event cache.
@@ -435,12 +447,40 @@ struct Stolen {
 }
 
 /// A shard's lock on a cache line of its own, so that threads on neighbouring shards do not
-/// slow each other down, and its live bytes as of its last unlock.
+/// slow each other down, and what it published at its last unlock ([`Published`]).
 #[derive(Debug, Default)]
 #[repr(align(128))]
 struct Padded {
     lock: SpinMutex<Shard>,
+    published: Published,
+}
+
+/// What a shard publishes as it unlocks, for growers to read with no lock: its live bytes (for
+/// the budget), and what it holds and keeps (for choosing whom to take spare chunks from).
+/// Locking every shard in turn to read them instead cost a grower 19–23 µs on the H100 host
+/// with W2 by 8 threads (`docs/results/2026-11-24-h100-s6/c17-diag.txt`), and took every
+/// shard's lock away from its owner's bias.
+#[derive(Debug, Default)]
+struct Published {
     live: Hint,
+    /// Bytes held, or 0 when the shard lists no spare chunk (it has nothing to give).
+    held_if_spare: Hint,
+    /// Its recent peak of live bytes (the window's largest included).
+    peak: Hint,
+}
+
+impl Published {
+    /// Bytes the shard holds beyond what it keeps by `keep`, as of its last unlock.
+    fn room(&self, keep: Keep) -> u64 {
+        let live = self.live.load(Ordering::Relaxed);
+        let kept = match keep {
+            Keep::Peak => live.max(self.peak.load(Ordering::Relaxed)),
+            Keep::Live => live,
+        };
+        self.held_if_spare
+            .load(Ordering::Relaxed)
+            .saturating_sub(band(kept, 0))
+    }
 }
 
 /// A figure published for growers to read with no lock (a shard's live bytes, the shared
@@ -448,10 +488,13 @@ struct Padded {
 /// under loom too (a modelled one multiplied the interleavings of every lock and unlock).
 type Hint = std::sync::atomic::AtomicU64;
 
-/// A locked shard; unlocking publishes its live bytes ([`ShardedPoolResource::total_live`]).
+/// A locked shard; unlocking publishes what growers read ([`Published`]): its live bytes
+/// always, the rest when `full` (what the fast path changes of it, it changes in the safe
+/// direction, see [`ShardedPoolResource::lock_fast`]).
 struct ShardGuard<'a> {
     shard: SpinGuard<'a, Shard>,
-    live: &'a Hint,
+    published: &'a Published,
+    full: bool,
 }
 
 impl std::ops::Deref for ShardGuard<'_> {
@@ -471,8 +514,16 @@ impl Drop for ShardGuard<'_> {
     #[inline]
     fn drop(&mut self) {
         // Still locked: the fields drop after this.
-        self.live
-            .store(self.shard.heap.live_bytes(), Ordering::Relaxed);
+        let s = &*self.shard;
+        let p = self.published;
+        p.live.store(s.heap.live_bytes(), Ordering::Relaxed);
+        if !self.full {
+            return;
+        }
+        let spare = u64::from(!s.spare.is_empty()).wrapping_neg();
+        p.held_if_spare
+            .store(s.heap.held() & spare, Ordering::Relaxed);
+        p.peak.store(s.peak.max(s.window_max), Ordering::Relaxed);
     }
 }
 
@@ -618,10 +669,23 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
 
     #[inline]
     fn lock(&self, k: usize) -> ShardGuard<'_> {
+        let mut s = self.lock_fast(k);
+        s.full = true;
+        s
+    }
+
+    /// Locks shard `k` for the fast path, which publishes only its live bytes at unlock (15
+    /// instructions an operation fewer, by callgrind on W3). The fast path changes the rest
+    /// only so: a free that leaves a chunk wholly free lists it (that free publishes it all);
+    /// an allocation raises the recent peak (left unpublished, it makes growers think the
+    /// shard has more to spare, and they find out under its lock).
+    #[inline]
+    fn lock_fast(&self, k: usize) -> ShardGuard<'_> {
         let p = &self.shards[k & self.mask];
         ShardGuard {
             shard: p.lock.lock(),
-            live: &p.live,
+            published: &p.published,
+            full: false,
         }
     }
 
@@ -633,7 +697,7 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
     fn total_live(&self) -> u64 {
         self.shards
             .iter()
-            .map(|p| p.live.load(Ordering::Relaxed))
+            .map(|p| p.published.live.load(Ordering::Relaxed))
             .fold(0, u64::saturating_add)
     }
 
@@ -713,7 +777,8 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
         // chunks through the shared pool instead took 4–100 shared-pool calls per 1 000
         // operations (the pool split big chunks for small requests) and ran 7–13 M ops/s
         // against 25–41 M.
-        let stolen = self.steal(mine, size, stream, covered, Keep::Peak, my_live);
+        let peak = (Keep::Peak, Scan::Published);
+        let stolen = self.steal(mine, size, stream, covered, my_live, peak);
         if let Some(p) = self.adopt_stolen(mine, stolen, size, bytes, stream)? {
             return Ok(p);
         }
@@ -723,7 +788,14 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
             Keep::Live
         };
         if keep == Keep::Live {
-            let stolen = self.steal(mine, size, stream, covered, Keep::Live, my_live);
+            let stolen = self.steal(
+                mine,
+                size,
+                stream,
+                covered,
+                my_live,
+                (keep, Scan::Published),
+            );
             if let Some(p) = self.adopt_stolen(mine, stolen, size, bytes, stream)? {
                 return Ok(p);
             }
@@ -732,7 +804,20 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
         // (another size, another chunk), and without the other shards' spares the pool would
         // take the chunk from the driver. Measured on W2 by 4 threads here, gathering only when
         // the pool held less free memory than the chunk held 2.0–3.4 × peak live.
-        self.reclaim(mine, chunk, keep);
+        self.reclaim(mine, chunk, keep, Scan::Published);
+        if keep == Keep::Live && self.shared_levels.free.load(Ordering::Relaxed) < chunk {
+            // Beyond the budget, the shared pool would now take memory from the driver: look
+            // at every shard under its lock first, as a grower's view of what they published
+            // may be old. On 2 cores under 10× load, `tests/mr_sharded_pool.rs`'s W1-shaped
+            // churn by 4 threads held over 1.25 × peak live in 5 runs of 30 going by what was
+            // published alone, in 1 of 100 with this look (a paused thread's shard held its
+            // free memory in chunks partly live, which no other shard can take).
+            let stolen = self.steal(mine, size, stream, covered, my_live, (keep, Scan::Locked));
+            if let Some(p) = self.adopt_stolen(mine, stolen, size, bytes, stream)? {
+                return Ok(p);
+            }
+            self.reclaim(mine, chunk, keep, Scan::Locked);
+        }
         let mut s = self.lock(mine);
         // Another thread may have freed into this shard meanwhile.
         if let Some(p) = s
@@ -867,24 +952,39 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
         Self::allocate_in(&mut s, slot, size, bytes).ok_or_else(oom)
     }
 
+    /// Bytes shard `k` holds beyond what it keeps by `keep`, while it lists spare chunks, as
+    /// `scan` reads it.
+    fn room(&self, k: usize, keep: Keep, scan: Scan) -> u64 {
+        match scan {
+            Scan::Published => self.shards[k].published.room(keep),
+            Scan::Locked => {
+                let s = self.lock(k);
+                if s.spare.is_empty() {
+                    0
+                } else {
+                    s.heap.held().saturating_sub(s.keep(keep))
+                }
+            }
+        }
+    }
+
     /// The shards a grower on shard `mine` may take spare chunks from, the one with the most
-    /// memory beyond what it keeps by `keep` first, and every other shard's live bytes
-    /// together. Taking from the richest first moves more memory a steal and leaves alone the
-    /// shards whose threads will soon need theirs: on W1 by 16 threads in lockstep here
-    /// (`examples/sharded_counts.rs --lockstep 64 --drift 0.3`), taking from the first shard
-    /// in index order made 1.7 steals per 1 000 operations, from the richest 0.86; on W2 by 8
-    /// threads 10.8 and 5.5.
+    /// memory beyond what it keeps by `keep` first, as `scan` reads them (the victim is
+    /// checked again under its lock). Taking from the richest first moves more memory a steal
+    /// and leaves alone the shards whose threads will soon need theirs: on W1 by 16 threads in
+    /// lockstep here (`examples/sharded_counts.rs --lockstep 64 --drift 0.3`), taking from the
+    /// first shard in index order made 1.7 steals per 1 000 operations, from the richest
+    /// 0.86; on W2 by 8 threads 10.8 and 5.5.
     ///
     /// # Time complexity
     ///
-    /// O(shards) lock acquisitions, O(1) each.
-    fn steal_order(&self, mine: usize, keep: Keep) -> Vec<usize> {
+    /// O(shards · log shards); by [`Scan::Locked`], a lock of each shard in turn too.
+    fn steal_order(&self, mine: usize, keep: Keep, scan: Scan) -> Vec<usize> {
         let mut order: Vec<(u64, usize)> = Vec::new();
         for k in (0..self.shards.len()).filter(|&k| k != mine) {
-            let s = self.lock(k);
-            let target = s.keep(keep);
-            if s.heap.held() > target && !s.spare.is_empty() {
-                order.push((s.heap.held() - target, k));
+            let room = self.room(k, keep, scan);
+            if room > 0 {
+                order.push((room, k));
             }
         }
         order.sort_unstable_by_key(|&(room, k)| (std::cmp::Reverse(room), k));
@@ -896,22 +996,22 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
     /// up to [`STEAL_BATCH`] in all, each with the stream it was last freed on and whether
     /// `covered` (the thief's, for `stream`) orders it before `stream` already; those that
     /// need no event are taken first. The victim is the shard with the most memory beyond what
-    /// it keeps, else the next ([`Self::steal_order`]). One shard locked at a time.
+    /// it keeps, else the next ([`Self::steal_order`], by `scan`). One shard locked at a time.
     ///
     /// # Time complexity
     ///
-    /// Up to 2 · shards lock acquisitions, and O(spare · log spare) for a shard beyond its
-    /// band with spare chunks.
+    /// O(shards) loads, a lock of each shard that published spare memory until one gives,
+    /// and O(spare · log spare) for that shard.
     fn steal(
         &self,
         mine: usize,
         size: u64,
         stream: StreamId,
         covered: &[Covered],
-        keep: Keep,
         my_live: u64,
+        (keep, scan): (Keep, Scan),
     ) -> Stolen {
-        let order = self.steal_order(mine, keep);
+        let order = self.steal_order(mine, keep, scan);
         for k in order {
             let mut s = self.lock(k);
             // Looked at unlocked since: it may have used its spare memory meanwhile.
@@ -963,13 +1063,17 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
     ///
     /// # Time complexity
     ///
-    /// O(shards) lock acquisitions, O(spare · log spare) for a shard beyond its band, and
-    /// one shared-pool call per chunk given back.
-    fn reclaim(&self, mine: usize, need: u64, keep: Keep) {
+    /// O(shards) loads, a lock of each shard that published memory beyond its band,
+    /// O(spare · log spare) for each, and one shared-pool call per shard that gives.
+    fn reclaim(&self, mine: usize, need: u64, keep: Keep, scan: Scan) {
         let mut got = 0u64;
         for k in (0..self.shards.len()).filter(|&k| k != mine) {
             if got >= need {
                 return;
+            }
+            // Checked again under its lock.
+            if scan == Scan::Published && self.room(k, keep, scan) == 0 {
+                continue;
             }
             let mut s = self.lock(k);
             let target = s.keep(keep);
@@ -1046,7 +1150,7 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
         bytes: u64,
         stream: StreamId,
     ) -> Result<MrResult<()>, FreeError> {
-        let mut s = self.lock(k);
+        let mut s = self.lock_fast(k);
         let slot = match s.heap.slot_of(stream) {
             Some(slot) => slot,
             None if s.heap.is_live(ptr.0) => s.heap.slot(stream),
@@ -1056,6 +1160,7 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
         match s.heap.deallocate_in_chunk(ptr.0, bytes, slot) {
             Ok((_, None)) => Ok(Ok(())),
             Ok((_, Some(base))) => {
+                s.full = true;
                 s.push_spare(base, stream);
                 // Stale entries are dropped now and then, so the list stays O(chunks).
                 if s.spare.len() > 2 * s.heap.chunks().len() + 16 {
@@ -1125,7 +1230,7 @@ impl<Up: DeviceMemoryResource> DeviceMemoryResource for ShardedPoolResource<Up> 
         let mine = self.my_shard();
         let (my_live, covered);
         {
-            let mut s = self.lock(mine);
+            let mut s = self.lock_fast(mine);
             // Budget: one thread-local read, an uncontended lock, the pool's heap fast path.
             if let Some(p) = s
                 .heap
@@ -1134,6 +1239,7 @@ impl<Up: DeviceMemoryResource> DeviceMemoryResource for ShardedPoolResource<Up> 
             {
                 return Ok(p);
             }
+            s.full = true;
             if let Some(p) = self.take_other_streams_block(&mut s, size, b, stream)? {
                 return Ok(p);
             }
