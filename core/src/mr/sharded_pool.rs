@@ -107,17 +107,22 @@ const GROW_MAX: u64 = 2 << 20;
 const STEAL_DIVISOR: u64 = 8;
 
 /// The chunk a growing shard with `live` bytes live (the request's included) takes from the
-/// shared pool for a request of `size` bytes, or `None` on overflow.
+/// shared pool for a request of `size` bytes, or `None` on overflow: a power of two of at least
+/// 1 MiB (a small request's chunk is 1 or 2 MiB; a large one's, see [`LARGE_GROW_DIVISOR`]).
+///
+/// Chunks of a few sizes are interchangeable: one that a shard gives back serves another's
+/// growth whole, so the shared pool neither splits chunks nor trades them with the driver.
+/// Rounding large chunks to a power of two, on the simulated GPU with 32 shards and threads in
+/// lockstep (`examples/sharded_counts.rs --lockstep 64 --drift 0.3` and `--drift 1`), W2 by 8
+/// threads moved 0.37–0.85 chunks per 1 000 operations against 1.5–4.2, made 0.000–0.004
+/// `cuMemAlloc`/`cuMemFree` calls per 1 000 against 0.24–0.44, and held 1.17–1.20 × peak live
+/// against 1.18–1.21 (one thread: 1.127 against 1.180).
 fn grow_chunk(size: u64, live: u64) -> Option<u64> {
-    let large = if size > GROW_MAX {
-        (live / LARGE_GROW_DIVISOR).min(LARGE_GROW_TIMES.saturating_mul(size))
-    } else {
-        0
-    };
-    shard_chunk(
-        size.max((live / GROW_DIVISOR).clamp(SHARD_CHUNK, GROW_MAX))
-            .max(large),
-    )
+    if size > GROW_MAX {
+        let large = (live / LARGE_GROW_DIVISOR).min(LARGE_GROW_TIMES.saturating_mul(size));
+        return size.max(large).checked_next_power_of_two();
+    }
+    shard_chunk(size.max((live / GROW_DIVISOR).clamp(SHARD_CHUNK, GROW_MAX)))
 }
 
 /// A request above [`GROW_MAX`] takes a chunk of up to 1/64 of the shard's live bytes, at most
@@ -1336,17 +1341,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn large_requests_take_a_share_of_live_small_ones_at_most_2_mib() {
+    fn chunks_are_powers_of_two_a_share_of_live_for_large_requests_at_most_2_mib_for_small() {
         const MIB: u64 = 1 << 20;
         // Small requests: the request rounded to 1 MiB, or 1/64 of live up to 2 MiB.
         assert_eq!(grow_chunk(1000, 0), Some(MIB));
         assert_eq!(grow_chunk(1000, 4096 * MIB), Some(2 * MIB));
         assert_eq!(grow_chunk(2 * MIB, 4096 * MIB), Some(2 * MIB));
-        // Large ones: 1/64 of live, at most 4 × the request, never less than the request.
+        // Large ones: 1/64 of live, at most 4 × the request, never less than the request,
+        // rounded up to a power of two.
         assert_eq!(grow_chunk(8 * MIB, 4096 * MIB), Some(32 * MIB));
         assert_eq!(grow_chunk(40 * MIB, 4096 * MIB), Some(64 * MIB));
-        assert_eq!(grow_chunk(3 * MIB, 64 * MIB), Some(3 * MIB));
+        assert_eq!(grow_chunk(40 * MIB, 5000 * MIB), Some(128 * MIB));
+        assert_eq!(grow_chunk(3 * MIB, 64 * MIB), Some(4 * MIB));
+        assert_eq!(grow_chunk(65 * MIB, 0), Some(128 * MIB));
         assert_eq!(grow_chunk(u64::MAX - 1, u64::MAX), None);
+        // Every chunk is a power of two, so one given back serves another shard whole.
+        for size in (1..200).map(|k| k * 700_001) {
+            for live in [0, 10 * MIB, 3000 * MIB] {
+                assert!(
+                    grow_chunk(size, live).unwrap().is_power_of_two(),
+                    "{size} {live}"
+                );
+            }
+        }
     }
 
     #[test]
