@@ -950,7 +950,20 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
         // the one taken move under one lock of the shared pool: on W2 by 8 threads in lockstep
         // here, half the growths that took a chunk gave chunks back first.
         drop(s);
-        let c = self.shared_exchange(&back, n, stream)?;
+        let (c, chunk) = match self.shared_exchange(&back, n, stream) {
+            Ok(c) => (c, chunk),
+            // Rounding up to a power of two must not fail a request that fits: near the
+            // device's limit, take the request rounded to 1 MiB (the chunks given back are
+            // the shared pool's already).
+            Err(e) if e.is_out_of_memory() => match shard_chunk(size) {
+                Some(least) if least < chunk => {
+                    let n = usize::try_from(least).map_err(|_| oom())?;
+                    (self.shared_exchange(&[], n, stream)?, least)
+                }
+                _ => return Err(e),
+            },
+            Err(e) => return Err(e),
+        };
         let mut s = self.lock(mine);
         let slot = s.heap.slot(stream);
         s.heap.add_chunk(slot, c.0, chunk);
