@@ -374,3 +374,125 @@ fn an_exchange_with_a_block_not_live_allocates_nothing_and_says_so() {
     p.deallocate(b, 1 << 20, s).unwrap();
     p.check().unwrap();
 }
+
+/// An upstream that holds each request of at least `gate` bytes until the test lets it go,
+/// saying when one arrives.
+struct Gated {
+    inner: CudaResource<SimDriver>,
+    gate: usize,
+    arrived: std::sync::mpsc::SyncSender<usize>,
+    go: std::sync::Mutex<std::sync::mpsc::Receiver<()>>,
+}
+
+impl DeviceMemoryResource for Gated {
+    fn name(&self) -> &'static str {
+        "Gated"
+    }
+
+    fn allocate(&self, bytes: usize, stream: StreamId) -> emm_core::mr::MrResult<DevicePtr> {
+        if bytes >= self.gate {
+            self.arrived.send(bytes).unwrap();
+            self.go.lock().unwrap().recv().unwrap();
+        }
+        self.inner.allocate(bytes, stream)
+    }
+
+    fn deallocate(
+        &self,
+        p: DevicePtr,
+        bytes: usize,
+        stream: StreamId,
+    ) -> emm_core::mr::MrResult<()> {
+        self.inner.deallocate(p, bytes, stream)
+    }
+
+    fn driver(&self) -> &dyn Driver {
+        self.inner.driver()
+    }
+}
+
+/// A pool over [`Gated`], the channels to watch and release it, and its maximum.
+fn gated(
+    max: u64,
+) -> (
+    Arc<PoolResource<Gated>>,
+    std::sync::mpsc::Receiver<usize>,
+    std::sync::mpsc::Sender<()>,
+) {
+    let (arrived, arrivals) = std::sync::mpsc::sync_channel(4);
+    let (go, gone) = std::sync::mpsc::channel();
+    let up = Gated {
+        inner: CudaResource::new(gpu()),
+        gate: 8 * MIB as usize,
+        arrived,
+        go: std::sync::Mutex::new(gone),
+    };
+    let options = PoolOptions::default()
+        .backing(Backing::Chunks)
+        .growth(Growth::Exact)
+        .maximum_size(max);
+    (
+        Arc::new(PoolResource::with_options(up, options).unwrap()),
+        arrivals,
+        go,
+    )
+}
+
+#[test]
+fn a_growing_pool_serves_other_threads_while_its_upstream_works() {
+    // A chunk from the driver takes about 100 µs on the H100 host; held through it, the
+    // pool's lock made every other thread wait.
+    let (p, arrivals, go) = gated(GIB);
+    let s = StreamId::DEFAULT;
+    let small = p.allocate(1 << 20, s).unwrap();
+    p.deallocate(small, 1 << 20, s).unwrap();
+    let grower = {
+        let p = Arc::clone(&p);
+        std::thread::spawn(move || p.allocate(16 * MIB as usize, s))
+    };
+    assert_eq!(arrivals.recv().unwrap(), 16 * MIB as usize);
+    // The grower waits in its upstream: another thread allocates and frees from what the
+    // pool holds, and reads its levels, without waiting for it.
+    let (done, finished) = std::sync::mpsc::channel();
+    {
+        let p = Arc::clone(&p);
+        std::thread::spawn(move || {
+            let q = p.allocate(1 << 20, s).unwrap();
+            p.deallocate(q, 1 << 20, s).unwrap();
+            done.send(p.levels()).unwrap();
+        });
+    }
+    let levels = finished
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .expect("an allocation waited for another thread's upstream call");
+    assert_eq!(levels.held, 2 * MIB, "the chunk in flight is not held yet");
+    go.send(()).unwrap();
+    let big = grower.join().unwrap().unwrap();
+    assert_eq!(p.levels().held, 18 * MIB);
+    p.deallocate(big, 16 * MIB as usize, s).unwrap();
+    p.check().unwrap();
+}
+
+#[test]
+fn chunks_in_flight_count_against_the_maximum() {
+    let (p, arrivals, go) = gated(24 * MIB);
+    let s = StreamId::DEFAULT;
+    let grower = {
+        let p = Arc::clone(&p);
+        std::thread::spawn(move || p.allocate(16 * MIB as usize, s))
+    };
+    assert_eq!(arrivals.recv().unwrap(), 16 * MIB as usize);
+    // 16 MiB are on their way from upstream: 8 MiB of the 24 are left, whatever `held` says.
+    match p.allocate(10 * MIB as usize, s) {
+        Err(MrError::OutOfMemory { available, .. }) => assert_eq!(available, Some(8 * MIB)),
+        other => panic!("beyond the maximum with a chunk in flight: {other:?}"),
+    }
+    go.send(()).unwrap();
+    let big = grower.join().unwrap().unwrap();
+    go.send(()).unwrap();
+    let rest = p.allocate(8 * MIB as usize, s).unwrap();
+    assert_eq!(p.levels().held, 24 * MIB);
+    p.deallocate(big, 16 * MIB as usize, s).unwrap();
+    p.deallocate(rest, 8 * MIB as usize, s).unwrap();
+    p.check().unwrap();
+}

@@ -23,7 +23,10 @@
 //! - **Thread safety**: `Send + Sync`. One spin lock (`crate::sync::SpinMutex`) guards the
 //!   pool, biased to the first thread that takes it: that thread locks without a locked
 //!   instruction until another thread comes. The critical section of an allocation or a free
-//!   is a few dozen instructions and makes no driver call.
+//!   is a few dozen instructions and makes no driver call. Growing by a chunk lets the lock
+//!   go while the upstream works (the chunk counts against the maximum meanwhile), so other
+//!   threads allocate and free from what the pool holds; an expandable segment maps under
+//!   the lock.
 //! - **Streams**: each stream has its own free lists. Memory freed on stream A is reused on A
 //!   at once. A free records nothing (RMM records an event on every free); only when an
 //!   allocation on B finds nothing in B's lists and takes A's, the pool records its cached
@@ -68,6 +71,9 @@ struct PoolState {
     heap: CoalescingHeap,
     order: StreamOrder,
     source: Source,
+    /// Bytes of chunks being taken from upstream with the lock let go
+    /// ([`PoolResource::grow_unlocked`]): counted against the maximum size.
+    pending: u64,
 }
 
 /// A coalescing TLSF suballocator with per-stream free lists over an upstream resource.
@@ -158,9 +164,9 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
             })?;
             let mut st = pool.lock();
             pool.decide_source(&mut st);
-            if matches!(st.source, Source::Segment(_)) {
-                // Grow by the initial size, then hand the block back: it stays mapped.
-                let p = pool.grow(&mut st, size, size, StreamId::DEFAULT)?;
+            if let Some(p) = pool.grow_segment(&mut st, size, size, StreamId::DEFAULT) {
+                // Grown by the initial size; the block goes back and stays mapped.
+                let p = p?;
                 let slot = st.heap.slot(StreamId::DEFAULT);
                 st.heap
                     .deallocate(p.0, size, slot)
@@ -312,17 +318,18 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
         })
     }
 
-    /// Serves `size` bytes (rounded, `bytes` asked) on `stream`, the lock held.
+    /// Serves `size` bytes (rounded, `bytes` asked) on `stream` with the lock held as `st`,
+    /// and gives the lock back with the result: growing by a chunk lets it go meanwhile.
     #[inline]
-    fn allocate_locked(
-        &self,
-        st: &mut PoolState,
+    fn allocate_locked<'a>(
+        &'a self,
+        mut st: SpinGuard<'a, PoolState>,
         size: u64,
         bytes: u64,
         stream: StreamId,
-    ) -> MrResult<DevicePtr> {
-        match Self::allocate_fast(st, size, bytes, stream) {
-            Some(p) => Ok(DevicePtr(p)),
+    ) -> (MrResult<DevicePtr>, SpinGuard<'a, PoolState>) {
+        match Self::allocate_fast(&mut st, size, bytes, stream) {
+            Some(p) => (Ok(DevicePtr(p)), st),
             None => self.allocate_slow(st, size, bytes, stream),
         }
     }
@@ -350,17 +357,17 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
     /// Nothing in `stream`'s lists fits: take another stream's memory, or grow.
     #[cold]
     #[inline(never)]
-    fn allocate_slow(
-        &self,
-        st: &mut PoolState,
+    fn allocate_slow<'a>(
+        &'a self,
+        mut st: SpinGuard<'a, PoolState>,
         size: u64,
         bytes: u64,
         stream: StreamId,
-    ) -> MrResult<DevicePtr> {
+    ) -> (MrResult<DevicePtr>, SpinGuard<'a, PoolState>) {
         let slot = st.heap.slot(stream);
         // The end of an expandable segment, kept for what nothing below it fits.
         if let Some(p) = st.heap.allocate_wild(slot, size, bytes) {
-            return Ok(DevicePtr(p));
+            return (Ok(DevicePtr(p)), st);
         }
         // From here on the driver may be called: events, growth.
         let _ctx = ContextScope::enter(self.upstream.driver(), self.context);
@@ -368,88 +375,127 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
             let source = st.heap.stream_of(other);
             {
                 let _scope = CallerScope::enter(NAME);
-                st.order.order(self.upstream.driver(), source, stream)?;
+                if let Err(e) = st.order.order(self.upstream.driver(), source, stream) {
+                    return (Err(e.into()), st);
+                }
             }
             st.heap.adopt(slot, other);
             if let Some(p) = st.heap.allocate(slot, size, bytes) {
-                return Ok(DevicePtr(p));
+                return (Ok(DevicePtr(p)), st);
             }
         }
-        self.grow(st, size, bytes, stream)
+        self.decide_source(&mut st);
+        if let Some(r) = self.grow_segment(&mut st, size, bytes, stream) {
+            return (r, st);
+        }
+        self.grow_unlocked(st, size, bytes, stream)
     }
 
-    /// Takes memory for a request of `size` bytes — a chunk from upstream, or more of the
-    /// segment — and serves the request from it.
-    fn grow(
-        &self,
-        st: &mut PoolState,
+    /// Takes a chunk for a request of `size` bytes from upstream and serves the request from
+    /// it, with the lock let go over the upstream calls: a `cuMemAlloc` of a chunk took about
+    /// 100 µs on the H100 host, and with the lock held through it, 16 threads of
+    /// `ShardedPoolResource` (W1 on own streams) waited 1.6 ms on average for each call into
+    /// the shared pool (`docs/results/2026-11-24-h100-s7/c29`). Fully free chunks are taken
+    /// out under the lock and given back without it (the trim before growing); chunks in
+    /// flight count against the maximum size. On out of memory, every free chunk goes back,
+    /// and the exact request is tried once more with the lock held.
+    fn grow_unlocked<'a>(
+        &'a self,
+        mut st: SpinGuard<'a, PoolState>,
         size: u64,
         bytes: u64,
         stream: StreamId,
-    ) -> MrResult<DevicePtr> {
-        self.decide_source(st);
-        let held = st.heap.held();
-        if let PoolState {
-            heap,
-            order,
-            source: Source::Segment(seg),
-        } = st
-        {
-            let _scope = CallerScope::enter(NAME);
-            let parts = PoolParts {
-                heap,
-                order,
-                driver: self.upstream.driver(),
-                growth: self.options.growth,
-                room: self.options.maximum_size.map(|m| m.saturating_sub(held)),
-            };
-            return seg
-                .allocate_growing(parts, NAME, size, bytes, stream)
-                .map(DevicePtr);
-        }
-        // Chunks are whole granules, so the room left under the maximum is counted in them.
-        let room = self
-            .options
-            .maximum_size
-            .map(|m| m.saturating_sub(held) & !(crate::mr::MIN_ALIGNMENT as u64 - 1));
+    ) -> (MrResult<DevicePtr>, SpinGuard<'a, PoolState>) {
         let oom = |available| MrError::OutOfMemory {
             resource: NAME,
             requested: bytes,
             available,
         };
-        let mut chunk = chunk_size(self.options.growth, size, held).ok_or(oom(room))?;
+        let held = st.heap.held().saturating_add(st.pending);
+        // Chunks are whole granules, so the room left under the maximum is counted in them.
+        let room = self
+            .options
+            .maximum_size
+            .map(|m| m.saturating_sub(held) & !(crate::mr::MIN_ALIGNMENT as u64 - 1));
+        let Some(mut chunk) = chunk_size(self.options.growth, size, held) else {
+            return (Err(oom(room)), st);
+        };
         if let Some(room) = room {
             if size > room {
-                return Err(oom(Some(room)));
+                return (Err(oom(Some(room))), st);
             }
             chunk = chunk.min(room);
         }
-        if should_trim(held, chunk, st.heap.live_bytes(), size) {
-            // Fully free chunks are all smaller than this request (or one would have served
-            // it): give them back rather than hold them beside a new chunk.
-            let _ = self.release_free_chunks(st);
+        // Fully free chunks are all smaller than this request (or one would have served it):
+        // give them back rather than hold them beside a new chunk.
+        let trimmed = if should_trim(held, chunk, st.heap.live_bytes(), size) {
+            st.heap.take_free_chunks(0)
+        } else {
+            Vec::new()
+        };
+        st.pending += chunk;
+        drop(st);
+        for (c, on) in trimmed {
+            // A chunk the upstream refuses is forgotten: it was free.
+            let _ = self.give_back(c.base, c.size, on);
         }
-        let got = match self.upstream_allocate(chunk, stream) {
-            Ok(p) => Ok(p),
+        let got = self.upstream_allocate(chunk, stream);
+        let mut st = self.lock();
+        st.pending -= chunk;
+        let got = match got {
+            Ok(p) => p,
             Err(e) if e.is_out_of_memory() => {
-                // Give back what is wholly free, on any stream, and try once more with exactly
-                // the request.
-                let _ = self.release_all_free(st);
+                let _ = self.release_all_free(&mut st);
                 chunk = size;
-                self.upstream_allocate(chunk, stream).map_err(|e| match e {
-                    MrError::OutOfMemory { available, .. } => oom(available),
-                    other if other.is_out_of_memory() => oom(None),
-                    other => other,
-                })
+                match self.upstream_allocate(chunk, stream) {
+                    Ok(p) => p,
+                    Err(MrError::OutOfMemory { available, .. }) => {
+                        return (Err(oom(available)), st)
+                    }
+                    Err(e) if e.is_out_of_memory() => return (Err(oom(None)), st),
+                    Err(e) => return (Err(e), st),
+                }
             }
-            Err(e) => Err(e),
-        }?;
+            Err(e) => return (Err(e), st),
+        };
         let slot = st.heap.slot(stream);
         st.heap.add_chunk(slot, got.0, chunk);
-        st.heap
-            .allocate(slot, size, bytes)
-            .map(DevicePtr)
-            .ok_or_else(|| oom(None))
+        let p = st.heap.allocate(slot, size, bytes).map(DevicePtr);
+        (p.ok_or_else(|| oom(None)), st)
+    }
+
+    /// Maps more of the expandable segment for a request of `size` bytes and serves the
+    /// request from it, the lock held (the segment maps in order); `None` when the pool takes
+    /// chunks instead.
+    fn grow_segment(
+        &self,
+        st: &mut PoolState,
+        size: u64,
+        bytes: u64,
+        stream: StreamId,
+    ) -> Option<MrResult<DevicePtr>> {
+        let held = st.heap.held();
+        let PoolState {
+            heap,
+            order,
+            source: Source::Segment(seg),
+            ..
+        } = st
+        else {
+            return None;
+        };
+        let _scope = CallerScope::enter(NAME);
+        let parts = PoolParts {
+            heap,
+            order,
+            driver: self.upstream.driver(),
+            growth: self.options.growth,
+            room: self.options.maximum_size.map(|m| m.saturating_sub(held)),
+        };
+        Some(
+            seg.allocate_growing(parts, NAME, size, bytes, stream)
+                .map(DevicePtr),
+        )
     }
 
     fn upstream_allocate(&self, chunk: u64, stream: StreamId) -> MrResult<DevicePtr> {
@@ -496,8 +542,7 @@ impl<Up: DeviceMemoryResource> DeviceMemoryResource for PoolResource<Up> {
         }
         let bytes = bytes as u64;
         let size = Self::rounded(bytes)?;
-        let mut st = self.lock();
-        self.allocate_locked(&mut st, size, bytes, stream)
+        self.allocate_locked(self.lock(), size, bytes, stream).0
     }
 
     /// # Time complexity
@@ -633,7 +678,11 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
             return Err(e);
         }
         let p = match size? {
-            Some(size) => self.allocate_locked(&mut st, size, bytes as u64, stream)?,
+            Some(size) => {
+                let (p, locked) = self.allocate_locked(st, size, bytes as u64, stream);
+                st = locked;
+                p?
+            }
             None => DevicePtr::NULL,
         };
         Ok((p, Self::levels_locked(&st)))
