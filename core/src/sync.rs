@@ -45,13 +45,15 @@ pub(crate) use loom_thread_local as thread_local;
 /// compare-and-swap lock with a plain release store to unlock 10.5. So the lock is *biased*:
 /// the first thread to take it owns it and locks with plain stores and loads, no locked
 /// instruction at all, until another thread wants it (JVM-style biased locking; the fences
-/// follow folly's asymmetric thread fence). Then that thread revokes the bias once and for all:
-/// it marks the lock revoking, makes every thread of the process run a full memory barrier
-/// with `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)` (a few microseconds, once per lock), and
-/// waits for the owner to leave; from then on everyone takes it with one compare-and-swap and
-/// unlocks with a release store. A pool used by one thread — the common case, and every
-/// one-thread benchmark — never pays a locked instruction; a shared one pays one barrier
-/// call. Where `membarrier` is missing (not Linux, a kernel before 4.14, a seccomp filter),
+/// follow folly's asymmetric thread fence). Then that thread revokes the bias: it marks the
+/// lock revoking, makes every thread of the process run a full memory barrier with
+/// `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)` (a few microseconds), and waits for the owner
+/// to leave; from then on everyone takes it with one compare-and-swap and unlocks with a
+/// release store — until one thread takes it 4096 times in a row, which makes it the owner
+/// again. A pool used by one thread — the common case, and every one-thread
+/// benchmark — never pays a locked instruction; a shared one pays one barrier call each time
+/// its owner changes; a per-thread shard that another thread visits now and then (a steal) is
+/// its owner's again soon after. Where `membarrier` is missing (not Linux, a kernel before 4.14, a seccomp filter),
 /// locks are never biased; `EMM_LOCK_BIAS=0` in the environment turns biasing off too.
 ///
 /// A waiter spins briefly, then yields its core, then sleeps in short naps (a holder may be
@@ -78,6 +80,15 @@ mod spin {
     const REVOKING: u64 = 2;
     /// Thread numbers start here, above the states.
     const FIRST_THREAD: u64 = 3;
+    /// A thread that takes a revoked lock this many times in a row, with no other thread in
+    /// between, becomes its owner: on the H100 host, 16 threads of the sharded pool spent
+    /// 9.5 % of their time in the revoked lock's compare-and-swap path (W1, `perf`,
+    /// `docs/results/2026-11-24-h100-s7/c34`), their shards' biases taken by a steal each.
+    /// A revocation costs a `membarrier` (microseconds); so many uncontended acquisitions
+    /// save more.
+    ///
+    /// The unit tests use 64, so that owners change often while threads contend.
+    const REBIAS_AFTER: u64 = if cfg!(test) { 64 } else { 4096 };
 
     /// The next thread's number (never reused, so a new thread cannot inherit a dead one's
     /// bias).
@@ -116,13 +127,18 @@ mod spin {
     /// A biased spin lock around `T` (see the note on `spin`).
     #[derive(Default)]
     pub(crate) struct SpinMutex<T> {
-        /// [`UNBIASED`], the owner's thread number, [`REVOKING`] or [`REVOKED`]; it only ever
-        /// moves in that order.
+        /// [`UNBIASED`], the owner's thread number, [`REVOKING`] or [`REVOKED`]; it moves in
+        /// that order, and from [`REVOKED`] back to an owner only by a thread holding `locked`
+        /// ([`Self::settle_bias`]).
         bias: AtomicU64,
         /// Set by the owner while it holds the lock through its bias.
         busy: AtomicBool,
         /// The lock once the bias is revoked.
         locked: AtomicBool,
+        /// The thread that last took `locked`, and how many times in a row (both written only
+        /// while holding it).
+        last: AtomicU64,
+        streak: AtomicU64,
         value: UnsafeCell<T>,
     }
 
@@ -138,6 +154,8 @@ mod spin {
                 bias: AtomicU64::new(UNBIASED),
                 busy: AtomicBool::new(false),
                 locked: AtomicBool::new(false),
+                last: AtomicU64::new(UNBIASED),
+                streak: AtomicU64::new(0),
                 value: UnsafeCell::new(value),
             }
         }
@@ -180,6 +198,7 @@ mod spin {
                 match self.bias.load(Ordering::Acquire) {
                     REVOKED => {
                         self.lock_flag();
+                        self.settle_bias(me);
                         return SpinGuard {
                             lock: self,
                             biased: false,
@@ -204,23 +223,60 @@ mod spin {
                             };
                         }
                     }
-                    owner => {
-                        if self
-                            .bias
-                            .compare_exchange(owner, REVOKING, Ordering::AcqRel, Ordering::Acquire)
-                            .is_ok()
-                        {
-                            membarrier::all_threads_fence();
-                            let mut held = 0;
-                            // `Acquire` pairs with the owner's release of `busy`: its critical
-                            // sections happen before everything after the revocation.
-                            while self.busy.load(Ordering::Acquire) {
-                                back_off(&mut held);
-                            }
-                            self.bias.store(REVOKED, Ordering::Release);
-                        }
-                    }
+                    owner => self.revoke(owner),
                 }
+            }
+        }
+
+        /// Takes the bias from `owner`, if it still has it: marks it revoking, fences every
+        /// thread, and waits for the owner to leave its critical section.
+        fn revoke(&self, owner: u64) {
+            if self
+                .bias
+                .compare_exchange(owner, REVOKING, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                membarrier::all_threads_fence();
+                let mut held = 0;
+                // `Acquire` pairs with the owner's release of `busy`: its critical sections
+                // happen before everything after the revocation.
+                while self.busy.load(Ordering::Acquire) {
+                    back_off(&mut held);
+                }
+                self.bias.store(REVOKED, Ordering::Release);
+            }
+        }
+
+        /// With `locked` held by `me`: makes sure no owner is inside through a bias, and gives
+        /// `me` the bias after [`REBIAS_AFTER`] acquisitions in a row.
+        ///
+        /// An owner may have been given the bias back since `me` read [`REVOKED`]; it could
+        /// be inside now, so `me` revokes it as any thread would (or waits for a revoker that
+        /// is at it). No new owner appears meanwhile: only a holder of `locked` gives the
+        /// bias.
+        fn settle_bias(&self, me: u64) {
+            let mut waited = 0;
+            loop {
+                match self.bias.load(Ordering::Acquire) {
+                    REVOKED | UNBIASED => break,
+                    REVOKING => back_off(&mut waited),
+                    // Not reached: an owner comes in through its bias.
+                    owner if owner == me => break,
+                    owner => self.revoke(owner),
+                }
+            }
+            let streak = if self.last.load(Ordering::Relaxed) == me {
+                self.streak.load(Ordering::Relaxed) + 1
+            } else {
+                self.last.store(me, Ordering::Relaxed);
+                1
+            };
+            if streak >= REBIAS_AFTER && membarrier::available() {
+                self.streak.store(0, Ordering::Relaxed);
+                // Seen by `me`'s next `lock` at once; another thread revokes it as above.
+                self.bias.store(me, Ordering::Release);
+            } else {
+                self.streak.store(streak, Ordering::Relaxed);
             }
         }
 
@@ -478,6 +534,51 @@ mod spin {
                 }
                 assert_eq!(*m.lock(), (8_000, 8_000));
             }
+        }
+
+        #[test]
+        fn a_thread_that_takes_a_revoked_lock_many_times_in_a_row_owns_it_again() {
+            use super::{membarrier, REBIAS_AFTER};
+            let m = Arc::new(SpinMutex::new(0u64));
+            *m.lock() += 1;
+            let visit = |m: &Arc<SpinMutex<u64>>| {
+                let m = m.clone();
+                std::thread::spawn(move || *m.lock() += 1).join().unwrap();
+            };
+            visit(&m);
+            assert!(!m.is_biased());
+            for _ in 1..REBIAS_AFTER {
+                *m.lock() += 1;
+            }
+            assert!(!m.is_biased(), "owner again before {REBIAS_AFTER} in a row");
+            *m.lock() += 1;
+            assert_eq!(m.is_biased(), membarrier::available());
+            // Another thread takes it away again, after the owner's writes.
+            visit(&m);
+            assert!(!m.is_biased());
+            assert_eq!(*m.lock(), 3 + REBIAS_AFTER);
+        }
+
+        #[test]
+        fn owners_come_and_go_and_never_share_the_lock() {
+            // Bursts longer than REBIAS_AFTER with pauses between: each thread in turn takes
+            // the bias, and the next burst of another revokes it.
+            let m = Arc::new(SpinMutex::new((0u64, 0u64)));
+            let threads: Vec<_> = (0..4)
+                .map(|_| {
+                    let m = m.clone();
+                    std::thread::spawn(move || {
+                        for _ in 0..40 {
+                            bump(&m, 5_000);
+                            std::thread::sleep(std::time::Duration::from_micros(100));
+                        }
+                    })
+                })
+                .collect();
+            for t in threads {
+                t.join().unwrap();
+            }
+            assert_eq!(*m.lock(), (800_000, 800_000));
         }
 
         fn bump(m: &SpinMutex<(u64, u64)>, times: u64) {
