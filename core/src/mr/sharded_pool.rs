@@ -494,8 +494,8 @@ impl Published {
 type Hint = std::sync::atomic::AtomicU64;
 
 /// A locked shard; unlocking publishes what growers read ([`Published`]): its live bytes
-/// always, the rest when `full` (what the fast path changes of it, it changes in the safe
-/// direction, see [`ShardedPoolResource::lock_fast`]).
+/// always, and the rest when `full` (the fast path changes the rest only in a direction
+/// growers can afford to miss: [`ShardedPoolResource::lock_fast`]).
 struct ShardGuard<'a> {
     shard: SpinGuard<'a, Shard>,
     published: &'a Published,

@@ -26,12 +26,6 @@ pub(crate) const SL_COUNT: usize = 1 << SL_LOG2;
 const FL_COUNT: usize = 64 - GRANULE_SHIFT as usize - SL_LOG2 as usize + 2;
 // A list index is stored in `Block::class`.
 const _: () = assert!(FL_COUNT * SL_COUNT <= u16::MAX as usize);
-/// Lengths of the list heads and second-level bitmaps, rounded up to powers of two: indices
-/// are masked to them, which changes no valid index (all are below `FL_COUNT * SL_COUNT` and
-/// `FL_COUNT`) and lets the compiler drop the bounds checks on the hot path.
-const HEADS_LEN: usize = (FL_COUNT * SL_COUNT).next_power_of_two();
-const FL_LEN: usize = FL_COUNT.next_power_of_two();
-
 /// How many blocks of the request's own class a failed good-fit search looks at.
 pub(crate) const EXACT_CLASS_SCAN: usize = 4;
 
@@ -79,16 +73,16 @@ fn class_at_least(size: u64) -> Option<(usize, usize)> {
 #[derive(Debug, Clone)]
 pub(crate) struct TlsfIndex {
     fl_bitmap: u64,
-    sl_bitmap: [u32; FL_LEN],
-    heads: [u32; HEADS_LEN],
+    sl_bitmap: [u32; FL_COUNT],
+    heads: [u32; FL_COUNT * SL_COUNT],
 }
 
 impl Default for TlsfIndex {
     fn default() -> Self {
         TlsfIndex {
             fl_bitmap: 0,
-            sl_bitmap: [0; FL_LEN],
-            heads: [NIL; HEADS_LEN],
+            sl_bitmap: [0; FL_COUNT],
+            heads: [NIL; FL_COUNT * SL_COUNT],
         }
     }
 }
@@ -120,7 +114,7 @@ impl TlsfIndex {
     #[inline(always)]
     pub(crate) fn insert(&mut self, blocks: &mut [Block], i: u32) {
         let (fl, sl) = class_of(blocks[i as usize].size);
-        let (fl, slot) = (fl & (FL_LEN - 1), (fl * SL_COUNT + sl) & (HEADS_LEN - 1));
+        let slot = fl * SL_COUNT + sl;
         let head = self.heads[slot];
         {
             let b = &mut blocks[i as usize];
@@ -153,8 +147,8 @@ impl TlsfIndex {
         // branch on whether `i` was the head or the last of its class.
         blocks[next_free as usize].prev_free = prev_free;
         blocks[prev_free as usize].next_free = next_free;
-        let slot = class as usize & (HEADS_LEN - 1);
-        let (fl, sl) = ((slot / SL_COUNT) & (FL_LEN - 1), slot % SL_COUNT);
+        let slot = class as usize;
+        let (fl, sl) = (slot / SL_COUNT, slot % SL_COUNT);
         debug_assert!(prev_free != NIL || self.heads[slot] == i);
         let head = self.heads[slot];
         let head = if head == i { next_free } else { head };
