@@ -238,6 +238,15 @@ enum Scan {
     Locked,
 }
 
+/// What a shard with `live` bytes live and a recent peak of `peak` keeps from a grower, by
+/// `keep`: the rule behind [`Shard::keep`] and [`Published::room`] alike.
+fn kept(keep: Keep, live: u64, peak: u64) -> u64 {
+    match keep {
+        Keep::Peak => band(live.max(peak), 0),
+        Keep::Live => band(live, 0),
+    }
+}
+
 /// One shard: a heap over chunks of the shared pool, and its event cache.
 #[derive(Debug, Default)]
 struct Shard {
@@ -283,12 +292,23 @@ impl Shard {
         self.window_allocs = 0;
     }
 
+    /// The recent peak of live bytes, the current window's largest included.
+    fn recent_peak(&self) -> u64 {
+        self.peak.max(self.window_max)
+    }
+
     /// What the shard keeps from a grower, by `keep`.
     fn keep(&self, keep: Keep) -> u64 {
-        let live = self.heap.live_bytes();
-        match keep {
-            Keep::Peak => band(live.max(self.peak).max(self.window_max), 0),
-            Keep::Live => band(live, 0),
+        kept(keep, self.heap.live_bytes(), self.recent_peak())
+    }
+
+    /// Bytes the shard holds beyond what it keeps by `keep`, or 0 when it lists no spare
+    /// chunk (it has nothing to give).
+    fn room(&self, keep: Keep) -> u64 {
+        if self.spare.is_empty() {
+            0
+        } else {
+            self.heap.held().saturating_sub(self.keep(keep))
         }
     }
 
@@ -477,14 +497,13 @@ struct Published {
 impl Published {
     /// Bytes the shard holds beyond what it keeps by `keep`, as of its last unlock.
     fn room(&self, keep: Keep) -> u64 {
-        let live = self.live.load(Ordering::Relaxed);
-        let kept = match keep {
-            Keep::Peak => live.max(self.peak.load(Ordering::Relaxed)),
-            Keep::Live => live,
-        };
+        let (live, peak) = (
+            self.live.load(Ordering::Relaxed),
+            self.peak.load(Ordering::Relaxed),
+        );
         self.held_if_spare
             .load(Ordering::Relaxed)
-            .saturating_sub(band(kept, 0))
+            .saturating_sub(kept(keep, live, peak))
     }
 }
 
@@ -528,7 +547,7 @@ impl Drop for ShardGuard<'_> {
         let spare = u64::from(!s.spare.is_empty()).wrapping_neg();
         p.held_if_spare
             .store(s.heap.held() & spare, Ordering::Relaxed);
-        p.peak.store(s.peak.max(s.window_max), Ordering::Relaxed);
+        p.peak.store(s.recent_peak(), Ordering::Relaxed);
     }
 }
 
@@ -975,14 +994,7 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
     fn room(&self, k: usize, keep: Keep, scan: Scan) -> u64 {
         match scan {
             Scan::Published => self.shards[k].published.room(keep),
-            Scan::Locked => {
-                let s = self.lock(k);
-                if s.spare.is_empty() {
-                    0
-                } else {
-                    s.heap.held().saturating_sub(s.keep(keep))
-                }
-            }
+            Scan::Locked => self.lock(k).room(keep),
         }
     }
 
@@ -1033,10 +1045,10 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
         for k in order {
             let mut s = self.lock(k);
             // Looked at unlocked since: it may have used its spare memory meanwhile.
-            let target = s.keep(keep);
-            if s.heap.held() <= target || s.spare.is_empty() {
+            if s.room(keep) == 0 {
                 continue;
             }
+            let target = s.keep(keep);
             let ready = |from: StreamId, stamp: u64| {
                 from == stream || Shard::is_covered(covered, k, from, stamp)
             };
@@ -1094,8 +1106,8 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
                 continue;
             }
             let mut s = self.lock(k);
-            let target = s.keep(keep);
-            if s.heap.held() > target && !s.spare.is_empty() {
+            if s.room(keep) > 0 {
+                let target = s.keep(keep);
                 got = got.saturating_add(self.trim(&mut s, target, need - got));
             }
         }
