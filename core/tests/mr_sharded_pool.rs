@@ -151,7 +151,7 @@ fn memory_one_thread_stops_using_serves_another() {
     let (held, live) = r.shard_bytes();
     assert_eq!(live, 0);
     // The first thread's shard kept its 700 MiB when it freed them (its recent peak); the
-    // second thread's growth took from the shared pool while it held at most 1.15 × the
+    // second thread's growth took from the shared pool while it held at most 1.20 × the
     // peak of live bytes, then took the first shard's chunks (two fills would not fit in
     // 1 GiB), so the shards hold one fill and the budget's margin, not two fills, and the
     // device holds no more.
@@ -623,12 +623,12 @@ fn a_grower_beyond_the_budget_takes_from_the_shard_with_the_most_to_spare() {
     a.run(move || free_mib(&ra, ha.lock().unwrap().drain(..20).collect()));
     let (rb, hb) = (r.clone(), held.clone());
     b.run(move || free_mib(&rb, hb.lock().unwrap().drain(..).collect()));
-    // C climbs to 16 MiB: the shared pool grows to 1.15 × the 80 MiB peak, then C must take
+    // C climbs to 20 MiB: the shared pool grows to 1.20 × the 80 MiB peak, then C must take
     // spare chunks beyond the others' live bytes — from B, which has the most.
     let hc = held.clone();
-    c.run(move || hc.lock().unwrap().extend(take_mib(&rc, 16)));
+    c.run(move || hc.lock().unwrap().extend(take_mib(&rc, 20)));
     assert!(
-        g.device_memory_used(DeviceId(0)) <= 93 * MIB,
+        g.device_memory_used(DeviceId(0)) <= 97 * MIB,
         "within the budget"
     );
     // A climbs back to its peak from its own shard: nothing moves.
