@@ -33,14 +33,44 @@ pub const MAX_BLOCK_SIZE: u64 = 1 << 31;
 struct FixedState {
     /// Per stream, a stack of free block addresses.
     free: Vec<(StreamId, Vec<u64>)>,
-    /// Live block → bytes requested.
+    /// Live block → index of its record in `records`.
     live: AddrMap,
+    /// Live blocks' records: (address, bytes requested); a vacant one is listed in `vacant`.
+    records: Vec<(u64, u32)>,
+    vacant: Vec<u32>,
     /// Upstream chunks: (base, size).
     chunks: Vec<(u64, u64)>,
     order: StreamOrder,
 }
 
 impl FixedState {
+    /// Records `addr` live with `bytes` requested.
+    #[inline]
+    fn insert_live(&mut self, addr: u64, bytes: u32) {
+        let i = match self.vacant.pop() {
+            Some(i) => {
+                self.records[i as usize] = (addr, bytes);
+                i
+            }
+            None => {
+                // Fewer records than blocks, each at least a granule of device memory.
+                self.records.push((addr, bytes));
+                self.records.len() as u32 - 1
+            }
+        };
+        let records = &self.records;
+        self.live.insert(addr, i, |j| records[j as usize].0);
+    }
+
+    /// Forgets live block `addr` and returns the bytes requested for it.
+    #[inline]
+    fn remove_live(&mut self, addr: u64) -> Option<u32> {
+        let records = &self.records;
+        let i = self.live.remove(addr, |j| records[j as usize].0)?;
+        self.vacant.push(i);
+        Some(records[i as usize].1)
+    }
+
     #[inline]
     fn slot(&mut self, stream: StreamId) -> usize {
         match self.free.iter().position(|(s, _)| *s == stream) {
@@ -226,7 +256,7 @@ impl<Up: DeviceMemoryResource> DeviceMemoryResource for FixedSizeResource<Up> {
             }
         };
         // `bytes <= block_size <= MAX_BLOCK_SIZE` fits in u32.
-        st.live.insert(addr, bytes as u32);
+        st.insert_live(addr, bytes as u32);
         Ok(DevicePtr(addr))
     }
 
@@ -245,7 +275,7 @@ impl<Up: DeviceMemoryResource> DeviceMemoryResource for FixedSizeResource<Up> {
             bytes: bytes as u64,
             reason,
         };
-        let requested = st.live.remove(ptr.0).ok_or_else(|| {
+        let requested = st.remove_live(ptr.0).ok_or_else(|| {
             refuse(
                 "no live block starts there: the pointer came from elsewhere, points inside \
                  a block, or was already freed"
@@ -253,7 +283,7 @@ impl<Up: DeviceMemoryResource> DeviceMemoryResource for FixedSizeResource<Up> {
             )
         })?;
         if u64::from(requested) != bytes as u64 {
-            st.live.insert(ptr.0, requested);
+            st.insert_live(ptr.0, requested);
             return Err(refuse(format!(
                 "it was allocated with {requested} bytes; free it with the size it was \
                  allocated with"

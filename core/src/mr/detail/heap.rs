@@ -184,7 +184,6 @@ impl CoalescingHeap {
             let rest = self.slab.insert(Block {
                 addr: b.addr + size,
                 size: b.size - size,
-                requested: 0,
                 prev_phys: i,
                 next_phys: b.next_phys,
                 prev_free: NIL,
@@ -201,15 +200,16 @@ impl CoalescingHeap {
         }
         let blk = self.slab.get_mut(i);
         blk.owner = LIVE;
-        blk.requested = requested;
-        self.live.insert(b.addr, i);
+        blk.set_requested(requested);
+        let slab = &self.slab;
+        self.live.insert(b.addr, i, |j| slab.get(j).addr);
         self.live_bytes += size;
         Some(b.addr)
     }
 
     /// Whether a live block starts at `addr`.
     pub(crate) fn is_live(&self, addr: u64) -> bool {
-        self.live.get(addr).is_some()
+        self.live.get(addr, |j| self.slab.get(j).addr).is_some()
     }
 
     /// Another stream's slot holding a block of at least `size` bytes, if any.
@@ -303,7 +303,6 @@ impl CoalescingHeap {
         let i = self.slab.insert(Block {
             addr: base,
             size,
-            requested: 0,
             prev_phys: NIL,
             next_phys: NIL,
             prev_free: NIL,
@@ -317,27 +316,47 @@ impl CoalescingHeap {
         } else {
             self.lists[slot].index.insert(self.slab.all_mut(), i);
         }
-        if !self.wilderness {
-            self.chunk_pos.insert(base, self.chunks.len() as u32);
-        }
         self.chunks.push(Chunk {
             base,
             size,
             first: i,
             mark: 0,
         });
+        if !self.wilderness {
+            let chunks = &self.chunks;
+            self.chunk_pos
+                .insert(base, chunks.len() as u32 - 1, |k| chunks[k as usize].base);
+        }
         self.held += size;
     }
 
-    /// Removes chunk `k` from the list (swap-remove), keeping `chunk_pos` right.
+    /// Removes chunk `k` from the list (swap-remove), keeping `chunk_pos` right: entries leave
+    /// the map while their indices still name their chunks.
     fn remove_chunk(&mut self, k: usize) -> Chunk {
+        let chunks = &self.chunks;
+        let base_of = |j: u32| chunks[j as usize].base;
+        let _ = self.chunk_pos.remove(chunks[k].base, base_of);
+        let last = chunks.len() - 1;
+        if k != last {
+            let _ = self.chunk_pos.remove(chunks[last].base, base_of);
+        }
         let c = self.chunks.swap_remove(k);
-        let _ = self.chunk_pos.remove(c.base);
-        if let Some(moved) = self.chunks.get(k) {
-            let _ = self.chunk_pos.remove(moved.base);
-            self.chunk_pos.insert(moved.base, k as u32);
+        if k != last {
+            let chunks = &self.chunks;
+            self.chunk_pos
+                .insert(chunks[k].base, k as u32, |j| chunks[j as usize].base);
         }
         c
+    }
+
+    /// The index in `chunks` of the chunk based at `base`.
+    #[inline]
+    fn chunk_at(&self, base: u64) -> Option<usize> {
+        let chunks = &self.chunks;
+        let k = self
+            .chunk_pos
+            .get(base, |j| chunks.get(j as usize).map_or(0, |c| c.base))?;
+        Some(k as usize)
     }
 
     /// The chunk based at `base` when it is wholly free: its size, its mark and the stream whose
@@ -347,7 +366,7 @@ impl CoalescingHeap {
     ///
     /// O(1) expected: one map lookup.
     pub(crate) fn free_chunk(&self, base: u64) -> Option<(u64, u64, StreamId)> {
-        let c = self.chunks.get(self.chunk_pos.get(base)? as usize)?;
+        let c = self.chunks.get(self.chunk_at(base)?)?;
         let b = self.slab.get(c.first);
         (b.is_free() && b.size == c.size)
             .then(|| (c.size, c.mark, self.lists[b.owner as usize].stream))
@@ -360,7 +379,7 @@ impl CoalescingHeap {
     ///
     /// O(1) expected: one map lookup.
     pub(crate) fn mark_chunk(&mut self, base: u64, mark: u64) -> Option<u64> {
-        let k = self.chunk_pos.get(base)? as usize;
+        let k = self.chunk_at(base)?;
         Some(std::mem::replace(&mut self.chunks.get_mut(k)?.mark, mark))
     }
 
@@ -371,7 +390,7 @@ impl CoalescingHeap {
     ///
     /// O(1) expected: one map lookup.
     pub(crate) fn take_free_chunk_at(&mut self, base: u64) -> Option<(Chunk, StreamId)> {
-        let k = self.chunk_pos.get(base)? as usize;
+        let k = self.chunk_at(base)?;
         let c = *self.chunks.get(k)?;
         let b = *self.slab.get(c.first);
         if !(b.is_free() && b.size == c.size) {
@@ -424,12 +443,17 @@ impl CoalescingHeap {
         requested: u64,
         slot: usize,
     ) -> Result<(u64, Option<u64>), FreeError> {
-        let i = self.live.remove(addr).ok_or(FreeError::NotLive)?;
+        let slab = &self.slab;
+        let i = self
+            .live
+            .remove(addr, |j| slab.get(j).addr)
+            .ok_or(FreeError::NotLive)?;
         let b = self.slab.get(i);
-        if b.requested != requested {
+        if b.requested() != requested {
             // The rare refusal pays for the common case's single probe.
-            let allocated = b.requested;
-            self.live.insert(addr, i);
+            let allocated = b.requested();
+            let slab = &self.slab;
+            self.live.insert(addr, i, |j| slab.get(j).addr);
             return Err(FreeError::WrongSize { allocated });
         }
         let size = b.size;
@@ -448,7 +472,6 @@ impl CoalescingHeap {
         let (prev, next) = {
             let b = self.slab.get_mut(i);
             b.owner = owner;
-            b.requested = 0;
             (b.prev_phys, b.next_phys)
         };
         let mut wild = self.wilderness && next == NIL;
@@ -591,7 +614,7 @@ impl CoalescingHeap {
                 } else {
                     live += 1;
                     live_bytes += b.size;
-                    if self.live.get(b.addr) != Some(i) {
+                    if self.live.get(b.addr, |j| blocks[j as usize].addr) != Some(i) {
                         return Err(format!("live block at {:#x} not in the map", b.addr));
                     }
                 }
@@ -744,7 +767,11 @@ mod tests {
                 }
             } else if !live.is_empty() {
                 let (p, _) = live.swap_remove(rng.below(live.len() as u64) as usize);
-                let req = h.live.get(p).map(|i| h.slab.get(i).requested).unwrap();
+                let req = h
+                    .live
+                    .get(p, |j| h.slab.get(j).addr)
+                    .map(|i| h.slab.get(i).requested())
+                    .unwrap();
                 h.deallocate(p, req, slot).unwrap();
             }
             if step % 500 == 0 {

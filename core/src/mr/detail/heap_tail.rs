@@ -63,7 +63,6 @@ impl CoalescingHeap {
             let rest = self.slab.insert(Block {
                 addr: b.addr + size,
                 size: b.size - size,
-                requested: 0,
                 prev_phys: w,
                 next_phys: NIL,
                 prev_free: NIL,
@@ -77,8 +76,9 @@ impl CoalescingHeap {
         }
         let blk = self.slab.get_mut(w);
         blk.owner = LIVE;
-        blk.requested = requested;
-        self.live.insert(b.addr, w);
+        blk.set_requested(requested);
+        let slab = &self.slab;
+        self.live.insert(b.addr, w, |j| slab.get(j).addr);
         self.live_bytes += size;
         Some(b.addr)
     }
@@ -116,7 +116,6 @@ impl CoalescingHeap {
             let i = self.slab.insert(Block {
                 addr: b.addr + b.size,
                 size: bytes,
-                requested: 0,
                 prev_phys: last,
                 next_phys: NIL,
                 prev_free: NIL,
