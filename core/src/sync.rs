@@ -53,8 +53,9 @@ pub(crate) use loom_thread_local as thread_local;
 /// again. A pool used by one thread — the common case, and every one-thread
 /// benchmark — never pays a locked instruction; a shared one pays one barrier call each time
 /// its owner changes; a per-thread shard that another thread visits now and then (a steal) is
-/// its owner's again soon after. Where `membarrier` is missing (not Linux, a kernel before 4.14, a seccomp filter),
-/// locks are never biased; `EMM_LOCK_BIAS=0` in the environment turns biasing off too.
+/// its owner's again soon after. Where `membarrier` is missing (not Linux, a kernel before
+/// 4.14, a seccomp filter), locks are never biased; `EMM_LOCK_BIAS=0` in the environment turns
+/// biasing off too.
 ///
 /// A waiter spins briefly, then yields its core, then sleeps in short naps (a holder may be
 /// growing the pool through the driver, which takes milliseconds); there is no poisoning
@@ -458,15 +459,7 @@ mod spin {
             let threads: Vec<_> = (0..4)
                 .map(|_| {
                     let m = m.clone();
-                    std::thread::spawn(move || {
-                        for _ in 0..50_000 {
-                            let mut g = m.lock();
-                            // A torn update would leave the two apart.
-                            g.0 += 1;
-                            std::hint::black_box(&mut *g);
-                            g.1 += 1;
-                        }
-                    })
+                    std::thread::spawn(move || bump(&m, 50_000))
                 })
                 .collect();
             for t in threads {

@@ -180,9 +180,9 @@ const PEAK_WINDOW: u32 = 65_536;
 /// [`band`] as before. Below the bench's bound of 1.25 × peak live, as the estimate only ever
 /// falls short of the true peak. W2 alone holds 1.13 by one thread, so with 1.15 most of its
 /// growths by many threads found the pool beyond the budget and took chunks from shards that
-/// soon needed them again: on the H200 host (`docs/results/2026-11-24-h100-s8`), W2 by 16
-/// threads ran 71–127 M ops/s with 1.15 and 114–158 M with 1.20, moving 3× fewer chunks,
-/// held ≤ 1.200 × peak live. With 2.0 they held 1.42.
+/// soon needed them again: on the H200 host (`docs/results/2026-11-24-h100-s8`, call 42), W2
+/// by 16 threads ran 71–127 M ops/s with 1.15 and 114–158 M with 1.20, held ≤ 1.200 × peak
+/// live, and moved about 3× fewer chunks (call 43). With 2.0 they held 1.42.
 const HELD_BUDGET: f64 = 1.20;
 
 thread_local! {
