@@ -103,18 +103,34 @@ impl AddrMap {
         ((h >> self.shift) as usize, 0x80 | (h >> 24) as u8)
     }
 
+    /// The groups, sliced so that an index masked with `len - 1` needs no bounds check (the
+    /// table's length is a power of two).
     #[inline(always)]
-    fn next(&self, g: usize) -> usize {
-        (g + 1) & (self.groups.len() - 1)
+    fn groups(&self) -> &[Group] {
+        &self.groups[..=self.groups.len() - 1]
+    }
+
+    #[inline(always)]
+    fn groups_mut(&mut self) -> &mut [Group] {
+        let mask = self.groups.len() - 1;
+        &mut self.groups[..=mask]
+    }
+
+    /// The group after `g`, wrapping; also `g` itself masked into the table.
+    #[inline(always)]
+    fn next(groups: &[Group], g: usize) -> usize {
+        (g + 1) & (groups.len() - 1)
     }
 
     /// The group and slot holding `key`, if present, with the key's home group.
     #[inline(always)]
     fn find(&self, key: u64, key_of: impl Fn(u32) -> u64) -> Option<(usize, usize, usize)> {
         let (home, tag) = self.home(key);
-        let mut g = home;
+        let groups = self.groups();
+        let mask = groups.len() - 1;
+        let mut g = home & mask;
         loop {
-            let group = &self.groups[g];
+            let group = &groups[g];
             let mut m = matching(group.tags, tag);
             while m != 0 {
                 let j = first(m);
@@ -126,7 +142,7 @@ impl AddrMap {
             if group.passed == 0 {
                 return None;
             }
-            g = self.next(g);
+            g = Self::next(groups, g);
         }
     }
 
@@ -150,9 +166,12 @@ impl AddrMap {
 
     /// Puts `value` with `tag` in the first group from `g` on that has an empty slot.
     #[inline(always)]
-    fn put(&mut self, mut g: usize, tag: u8, value: u32) {
+    fn put(&mut self, g: usize, tag: u8, value: u32) {
+        let groups = self.groups_mut();
+        let mask = groups.len() - 1;
+        let mut g = g & mask;
         loop {
-            let group = &mut self.groups[g];
+            let group = &mut groups[g];
             let empty = !group.tags & HI;
             if empty != 0 {
                 let j = first(empty);
@@ -162,7 +181,7 @@ impl AddrMap {
                 return;
             }
             group.passed += 1;
-            g = self.next(g);
+            g = Self::next(groups, g);
         }
     }
 
@@ -177,7 +196,7 @@ impl AddrMap {
             return None;
         }
         self.find(key, key_of)
-            .map(|(g, j, _)| self.groups[g].values[j])
+            .map(|(g, j, _)| self.groups()[g].values[j])
     }
 
     /// Removes `key`, returning its value if it was present.
@@ -190,16 +209,19 @@ impl AddrMap {
         if key == 0 {
             return None;
         }
-        let (g, j, mut h) = self.find(key, key_of)?;
-        let group = &mut self.groups[g];
+        let (g, j, h) = self.find(key, key_of)?;
+        self.len -= 1;
+        let groups = self.groups_mut();
+        let mask = groups.len() - 1;
+        let group = &mut groups[g & mask];
         group.tags &= !(0xFF << (8 * j));
         let value = group.values[j];
         // The groups between the key's home and its slot counted it as passing.
+        let mut h = h & mask;
         while h != g {
-            self.groups[h].passed -= 1;
-            h = self.next(h);
+            groups[h].passed -= 1;
+            h = Self::next(groups, h);
         }
-        self.len -= 1;
         Some(value)
     }
 

@@ -19,7 +19,7 @@
 use crate::driver::StreamId;
 
 use super::addr_map::AddrMap;
-use super::block::{Block, BlockSlab, LIVE, NIL};
+use super::block::{Block, BlockSlab, Blocks, LIVE, NIL};
 use super::tlsf::{TlsfIndex, GRANULE};
 
 /// One upstream allocation the heap carves blocks from.
@@ -125,7 +125,7 @@ impl CoalescingHeap {
             + self
                 .lists
                 .iter()
-                .map(|l| l.index.free_blocks(self.slab.all()))
+                .map(|l| l.index.free_blocks(self.slab.records()))
                 .sum::<usize>()
     }
 
@@ -174,37 +174,54 @@ impl CoalescingHeap {
     /// # Time complexity
     ///
     /// O(1): a TLSF search, one unlink, at most one split and re-file, one map insert.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn allocate(&mut self, slot: usize, size: u64, requested: u64) -> Option<u64> {
-        let lists = &mut self.lists[slot];
-        let i = lists.index.find(self.slab.all(), size)?;
-        lists.index.remove(self.slab.all_mut(), i);
-        let b = *self.slab.get(i);
-        if b.size > size {
-            let rest = self.slab.insert(Block {
-                addr: b.addr + size,
-                size: b.size - size,
+        // The split below may need a record; the view cannot grow the slab.
+        self.slab.reserve();
+        // One view of the records for the whole operation, apart from the other fields: the
+        // compiler then keeps the slab's base and length in registers.
+        let CoalescingHeap {
+            slab,
+            lists,
+            live,
+            live_bytes,
+            ..
+        } = self;
+        let mut blocks = slab.view();
+        let index = &mut lists[slot].index;
+        let i = index.find(blocks.records(), size)?;
+        index.remove(&mut blocks, i);
+        let Block {
+            addr,
+            size: found,
+            next_phys,
+            ..
+        } = blocks[i];
+        if found > size {
+            let rest = blocks.insert(Block {
+                addr: addr + size,
+                size: found - size,
                 prev_phys: i,
-                next_phys: b.next_phys,
+                next_phys,
                 prev_free: NIL,
                 next_free: NIL,
                 owner: slot as u32,
                 class: 0,
             });
             // The sentinel's link at a chunk's end.
-            self.slab.get_mut(b.next_phys).prev_phys = rest;
-            let blk = self.slab.get_mut(i);
+            blocks[next_phys].prev_phys = rest;
+            let blk = &mut blocks[i];
             blk.next_phys = rest;
             blk.size = size;
-            self.lists[slot].index.insert(self.slab.all_mut(), rest);
+            index.insert(&mut blocks, rest);
         }
-        let blk = self.slab.get_mut(i);
+        let blk = &mut blocks[i];
         blk.owner = LIVE;
         blk.set_requested(requested);
-        let slab = &self.slab;
-        self.live.insert(b.addr, i, |j| slab.get(j).addr);
-        self.live_bytes += size;
-        Some(b.addr)
+        let records = blocks.records();
+        live.insert(addr, i, |j| records[j].addr);
+        *live_bytes += size;
+        Some(addr)
     }
 
     /// Whether a live block starts at `addr`.
@@ -221,7 +238,7 @@ impl CoalescingHeap {
         self.lists
             .iter()
             .enumerate()
-            .find(|(s, l)| *s != slot && l.index.find(self.slab.all(), size).is_some())
+            .find(|(s, l)| *s != slot && l.index.find(self.slab.records(), size).is_some())
             .map(|(s, _)| s)
     }
 
@@ -239,9 +256,11 @@ impl CoalescingHeap {
             self.take_wild(to);
         }
         let mut moved = Vec::new();
-        self.lists[from].index.collect(self.slab.all(), &mut moved);
+        self.lists[from]
+            .index
+            .collect(self.slab.records(), &mut moved);
         for i in moved {
-            self.lists[from].index.remove(self.slab.all_mut(), i);
+            self.lists[from].index.remove(&mut self.slab.view(), i);
             let _ = self.file_free(to, i);
         }
     }
@@ -314,7 +333,7 @@ impl CoalescingHeap {
             debug_assert!(self.chunks.is_empty(), "a segment is one chunk");
             self.wild = Some(i);
         } else {
-            self.lists[slot].index.insert(self.slab.all_mut(), i);
+            self.lists[slot].index.insert(&mut self.slab.view(), i);
         }
         self.chunks.push(Chunk {
             base,
@@ -397,7 +416,9 @@ impl CoalescingHeap {
             return None;
         }
         let slot = b.owner as usize;
-        self.lists[slot].index.remove(self.slab.all_mut(), c.first);
+        self.lists[slot]
+            .index
+            .remove(&mut self.slab.view(), c.first);
         self.slab.remove(c.first);
         self.held -= c.size;
         self.remove_chunk(k);
@@ -436,78 +457,65 @@ impl CoalescingHeap {
     /// # Time complexity
     ///
     /// O(1).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn deallocate_in_chunk(
         &mut self,
         addr: u64,
         requested: u64,
         slot: usize,
     ) -> Result<(u64, Option<u64>), FreeError> {
-        let slab = &self.slab;
-        let i = self
-            .live
-            .remove(addr, |j| slab.get(j).addr)
+        let CoalescingHeap {
+            slab,
+            lists,
+            live,
+            live_bytes,
+            wilderness,
+            wild,
+            ..
+        } = self;
+        let mut blocks = slab.view();
+        let records = blocks.records();
+        let i = live
+            .remove(addr, |j| records[j].addr)
             .ok_or(FreeError::NotLive)?;
-        let b = self.slab.get(i);
+        let b = &blocks[i];
         if b.requested() != requested {
             // The rare refusal pays for the common case's single probe.
             let allocated = b.requested();
-            let slab = &self.slab;
-            self.live.insert(addr, i, |j| slab.get(j).addr);
+            let records = blocks.records();
+            live.insert(addr, i, |j| records[j].addr);
             return Err(FreeError::WrongSize { allocated });
         }
         let size = b.size;
-        self.live_bytes -= size;
-        let merged = self.file_free(slot, i);
-        let merged = self.slab.get(merged);
+        *live_bytes -= size;
+        let merged = file_free(
+            &mut blocks,
+            &mut lists[slot].index,
+            (*wilderness, wild),
+            slot,
+            i,
+        );
+        let merged = &blocks[merged];
         let whole = merged.prev_phys == NIL && merged.next_phys == NIL;
         Ok((size, whole.then_some(merged.addr)))
     }
 
     /// Marks block `i` free in `slot`, merges it with same-slot free neighbours, and files it
     /// (or makes it the wilderness when it ends up last); returns the merged block.
-    #[inline]
-    pub(super) fn file_free(&mut self, slot: usize, mut i: u32) -> u32 {
-        let owner = slot as u32;
-        let (prev, next) = {
-            let b = self.slab.get_mut(i);
-            b.owner = owner;
-            (b.prev_phys, b.next_phys)
-        };
-        let mut wild = self.wilderness && next == NIL;
-        // The sentinel (NIL) is never free, so it is never merged.
-        if self.slab.get(next).owner == owner {
-            if self.wild == Some(next) {
-                wild = true;
-            } else {
-                self.lists[slot].index.remove(self.slab.all_mut(), next);
-            }
-            self.absorb_next(i, next);
-        }
-        if self.slab.get(prev).owner == owner {
-            self.lists[slot].index.remove(self.slab.all_mut(), prev);
-            self.absorb_next(prev, i);
-            i = prev;
-        }
-        if wild {
-            self.wild = Some(i);
-        } else {
-            self.lists[slot].index.insert(self.slab.all_mut(), i);
-        }
-        i
+    pub(super) fn file_free(&mut self, slot: usize, i: u32) -> u32 {
+        let wild = (self.wilderness, &mut self.wild);
+        file_free(
+            &mut self.slab.view(),
+            &mut self.lists[slot].index,
+            wild,
+            slot,
+            i,
+        )
     }
 
     /// Merges block `hi` (the physical successor of `lo`) into `lo` and drops `hi`'s record.
-    #[inline]
     pub(super) fn absorb_next(&mut self, lo: u32, hi: u32) {
-        let Block {
-            size, next_phys, ..
-        } = *self.slab.get(hi);
-        let b = self.slab.get_mut(lo);
-        b.size += size;
-        b.next_phys = next_phys;
-        self.slab.get_mut(next_phys).prev_phys = lo;
-        self.slab.remove(hi);
+        absorb_next(&mut self.slab.view(), lo, hi);
     }
 
     /// Removes every fully free chunk but the first `keep` found and returns them with the
@@ -533,7 +541,9 @@ impl CoalescingHeap {
                 k += 1;
             } else if wholly_free {
                 let slot = b.owner as usize;
-                self.lists[slot].index.remove(self.slab.all_mut(), c.first);
+                self.lists[slot]
+                    .index
+                    .remove(&mut self.slab.view(), c.first);
                 self.slab.remove(c.first);
                 self.held -= c.size;
                 out.push((c, self.lists[slot].stream));
@@ -562,7 +572,9 @@ impl CoalescingHeap {
             return None;
         }
         let slot = b.owner as usize;
-        self.lists[slot].index.remove(self.slab.all_mut(), c.first);
+        self.lists[slot]
+            .index
+            .remove(&mut self.slab.view(), c.first);
         self.slab.remove(c.first);
         self.held -= c.size;
         self.remove_chunk(k);
@@ -593,7 +605,7 @@ impl CoalescingHeap {
     ///
     /// A description of the first broken invariant.
     pub(crate) fn check(&self) -> Result<(), String> {
-        let blocks = self.slab.all();
+        let blocks = self.slab.records();
         let mut live = 0;
         let mut live_bytes = 0;
         let mut held = 0;
@@ -603,18 +615,18 @@ impl CoalescingHeap {
             let mut addr = c.base;
             let mut prev = NIL;
             while i != NIL {
-                let b = &blocks[i as usize];
+                let b = &blocks[i];
                 if b.addr != addr || b.prev_phys != prev || b.size == 0 {
                     return Err(format!("chunk {:#x}: block {i} breaks the tiling", c.base));
                 }
                 if b.is_free() {
-                    if b.next_phys != NIL && blocks[b.next_phys as usize].owner == b.owner {
+                    if b.next_phys != NIL && blocks[b.next_phys].owner == b.owner {
                         return Err(format!("unmerged free neighbours at {:#x}", b.addr));
                     }
                 } else {
                     live += 1;
                     live_bytes += b.size;
-                    if self.live.get(b.addr, |j| blocks[j as usize].addr) != Some(i) {
+                    if self.live.get(b.addr, |j| blocks[j].addr) != Some(i) {
                         return Err(format!("live block at {:#x} not in the map", b.addr));
                     }
                 }
@@ -641,7 +653,7 @@ impl CoalescingHeap {
             l.index.collect(blocks, &mut filed);
             if filed[start..]
                 .iter()
-                .any(|&i| blocks[i as usize].owner != slot as u32)
+                .any(|&i| blocks[i].owner != slot as u32)
             {
                 return Err(format!("slot {slot} files a block it does not own"));
             }
@@ -653,14 +665,14 @@ impl CoalescingHeap {
                 let mut n = 0;
                 let mut i = c.first;
                 while i != NIL {
-                    n += usize::from(blocks[i as usize].is_free());
-                    i = blocks[i as usize].next_phys;
+                    n += usize::from(blocks[i].is_free());
+                    i = blocks[i].next_phys;
                 }
                 n
             })
             .sum::<usize>();
         if let Some(w) = self.wild {
-            let b = &blocks[w as usize];
+            let b = &blocks[w];
             if !b.is_free() || b.next_phys != NIL || filed.contains(&w) {
                 return Err(format!(
                     "the wilderness at {:#x} is not a free, unlisted last block",
@@ -677,6 +689,59 @@ impl CoalescingHeap {
         }
         Ok(())
     }
+}
+
+/// Marks block `i` free in `slot`, whose lists are `index`, merges it with same-slot free
+/// neighbours, and files it — or makes it the wilderness when it ends up last, given
+/// `(wilderness, wild)`: whether the heap keeps one, and where. Returns the merged block.
+#[inline(always)]
+fn file_free(
+    blocks: &mut Blocks<'_>,
+    index: &mut TlsfIndex,
+    (wilderness, wild): (bool, &mut Option<u32>),
+    slot: usize,
+    mut i: u32,
+) -> u32 {
+    let owner = slot as u32;
+    let (prev, next) = {
+        let b = &mut blocks[i];
+        b.owner = owner;
+        (b.prev_phys, b.next_phys)
+    };
+    let mut last = wilderness && next == NIL;
+    // The sentinel (NIL) is never free, so it is never merged.
+    if blocks[next].owner == owner {
+        if *wild == Some(next) {
+            last = true;
+        } else {
+            index.remove(blocks, next);
+        }
+        absorb_next(blocks, i, next);
+    }
+    if blocks[prev].owner == owner {
+        index.remove(blocks, prev);
+        absorb_next(blocks, prev, i);
+        i = prev;
+    }
+    if last {
+        *wild = Some(i);
+    } else {
+        index.insert(blocks, i);
+    }
+    i
+}
+
+/// Merges block `hi` (the physical successor of `lo`) into `lo` and drops `hi`'s record.
+#[inline(always)]
+fn absorb_next(blocks: &mut Blocks<'_>, lo: u32, hi: u32) {
+    let Block {
+        size, next_phys, ..
+    } = blocks[hi];
+    let b = &mut blocks[lo];
+    b.size += size;
+    b.next_phys = next_phys;
+    blocks[next_phys].prev_phys = lo;
+    blocks.remove(hi);
 }
 
 #[cfg(test)]

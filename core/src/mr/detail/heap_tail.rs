@@ -40,7 +40,7 @@ impl CoalescingHeap {
         let prev = self.slab.get(w).prev_phys;
         // The sentinel (NIL) is never free, so it is never merged (as in `file_free`).
         if self.slab.get(prev).owner == slot as u32 {
-            self.lists[slot].index.remove(self.slab.all_mut(), prev);
+            self.lists[slot].index.remove(&mut self.slab.view(), prev);
             self.absorb_next(prev, w);
             self.wild = Some(prev);
         }
@@ -111,7 +111,7 @@ impl CoalescingHeap {
         } else {
             if self.wild == Some(last) {
                 let owner = b.owner as usize;
-                self.lists[owner].index.insert(self.slab.all_mut(), last);
+                self.lists[owner].index.insert(&mut self.slab.view(), last);
             }
             let i = self.slab.insert(Block {
                 addr: b.addr + b.size,

@@ -13,7 +13,7 @@
 //! bounded scan keeps the search constant-time and measured 1.14 → 1.08 held over peak live on
 //! W3 against good fit alone.
 
-use super::block::{Block, NIL};
+use super::block::{Blocks, Records, NIL};
 
 /// Granule: every block size is a multiple of this (the resources' minimum alignment).
 pub(crate) const GRANULE: u64 = 256;
@@ -24,36 +24,48 @@ const SL_LOG2: u32 = 5;
 pub(crate) const SL_COUNT: usize = 1 << SL_LOG2;
 /// First-level classes: sizes up to 2^64 bytes.
 const FL_COUNT: usize = 64 - GRANULE_SHIFT as usize - SL_LOG2 as usize + 2;
+/// List heads kept: a power of two at least `FL_COUNT * SL_COUNT`, so that a list index masked
+/// with `LISTS - 1` needs no bounds check; the first-level bitmaps likewise number 64.
+const LISTS: usize = 2048;
+const _: () = assert!(FL_COUNT * SL_COUNT <= LISTS && FL_COUNT <= 64);
 // A list index is stored in `Block::class`.
-const _: () = assert!(FL_COUNT * SL_COUNT <= u16::MAX as usize);
+const _: () = assert!(LISTS <= u16::MAX as usize);
 /// How many blocks of the request's own class a failed good-fit search looks at.
 pub(crate) const EXACT_CLASS_SCAN: usize = 4;
 
 /// The size class of a block of `size` bytes (rounding down): the class it is filed in.
-#[inline]
+#[cfg(test)]
 fn class_of(size: u64) -> (usize, usize) {
     class_of_units(size >> GRANULE_SHIFT)
 }
 
-#[inline]
+#[cfg(test)]
 fn class_of_units(units: u64) -> (usize, usize) {
-    debug_assert!(units > 0);
-    // Without a branch on the exact classes (below SL_COUNT units, first level 0): the size of
-    // a request is random, so such a branch mispredicted often (W3: 1 in 8 requests is small).
-    let msb = 63 - units.leading_zeros();
-    let m = msb.max(SL_LOG2);
-    let small = u32::from(units < SL_COUNT as u64);
-    let fl = (m - SL_LOG2 + 1 - small) as usize;
-    let sl = ((units >> (m - SL_LOG2)) as usize) & (SL_COUNT - 1);
-    (fl, sl)
+    let (list, _) = list_of_units(units);
+    (list / SL_COUNT, list % SL_COUNT)
 }
 
-/// The low bits of `units` below its class's width (a class of `units`' power of two spans
-/// 2^(msb − 5) units): zero when `units` starts its class.
-#[inline]
-fn class_width_mask(units: u64) -> u64 {
-    let msb = 63 - units.leading_zeros();
-    (1u64 << (msb.max(SL_LOG2) - SL_LOG2)) - 1
+/// The list (`first level * SL_COUNT + second level`) of a block of `units` granules
+/// (rounding down), and the class's width in granules minus one (a class of `units`' power of
+/// two spans 2^(msb − 5) of them; an exact class, one).
+///
+/// With `w` = max(msb, 5) − 5, the list is `32 w + (units >> w)`: below 32 granules that is
+/// `units` itself (first level 0, exact classes), above it `units >> w` lies in 32..64 and
+/// carries the first level's step. No branch on the exact classes: the size of a request is
+/// random, so such a branch mispredicted often (W3: 1 in 8 requests is small).
+#[inline(always)]
+fn list_of_units(units: u64) -> (usize, u64) {
+    debug_assert!(units > 0);
+    let msb = 63 - (units | 1).leading_zeros();
+    let w = msb.saturating_sub(SL_LOG2);
+    let list = ((w as usize) << SL_LOG2) + (units >> w) as usize;
+    (list, (1u64 << w) - 1)
+}
+
+/// The list a free block of `size` bytes is filed in.
+#[inline(always)]
+fn list_of(size: u64) -> usize {
+    list_of_units(size >> GRANULE_SHIFT).0
 }
 
 /// The first class whose every block holds at least `size` bytes (rounding up), or `None` past
@@ -73,16 +85,16 @@ fn class_at_least(size: u64) -> Option<(usize, usize)> {
 #[derive(Debug, Clone)]
 pub(crate) struct TlsfIndex {
     fl_bitmap: u64,
-    sl_bitmap: [u32; FL_COUNT],
-    heads: [u32; FL_COUNT * SL_COUNT],
+    sl_bitmap: [u32; 64],
+    heads: [u32; LISTS],
 }
 
 impl Default for TlsfIndex {
     fn default() -> Self {
         TlsfIndex {
             fl_bitmap: 0,
-            sl_bitmap: [0; FL_COUNT],
-            heads: [NIL; FL_COUNT * SL_COUNT],
+            sl_bitmap: [0; 64],
+            heads: [NIL; LISTS],
         }
     }
 }
@@ -100,7 +112,7 @@ impl TlsfIndex {
     /// # Time complexity
     ///
     /// O(classes + blocks): for statistics and tests.
-    pub(crate) fn free_blocks(&self, blocks: &[Block]) -> usize {
+    pub(crate) fn free_blocks(&self, blocks: Records<'_>) -> usize {
         let mut all = Vec::new();
         self.collect(blocks, &mut all);
         all.len()
@@ -112,20 +124,20 @@ impl TlsfIndex {
     ///
     /// O(1).
     #[inline(always)]
-    pub(crate) fn insert(&mut self, blocks: &mut [Block], i: u32) {
-        let (fl, sl) = class_of(blocks[i as usize].size);
-        let slot = fl * SL_COUNT + sl;
-        let head = self.heads[slot];
+    pub(crate) fn insert(&mut self, blocks: &mut Blocks<'_>, i: u32) {
+        let list = list_of(blocks[i].size) & (LISTS - 1);
+        let (fl, sl) = (list / SL_COUNT, list % SL_COUNT);
+        let head = self.heads[list];
         {
-            let b = &mut blocks[i as usize];
+            let b = &mut blocks[i];
             b.prev_free = NIL;
             b.next_free = head;
-            // Below FL_COUNT * SL_COUNT < 2^16.
-            b.class = slot as u16;
+            // Below LISTS <= 2^16.
+            b.class = list as u16;
         }
         // The sentinel's link when the list was empty.
-        blocks[head as usize].prev_free = i;
-        self.heads[slot] = i;
+        blocks[head].prev_free = i;
+        self.heads[list] = i;
         self.fl_bitmap |= 1 << fl;
         self.sl_bitmap[fl] |= 1 << sl;
     }
@@ -136,23 +148,19 @@ impl TlsfIndex {
     ///
     /// O(1).
     #[inline(always)]
-    pub(crate) fn remove(&mut self, blocks: &mut [Block], i: u32) {
-        let Block {
-            prev_free,
-            next_free,
-            class,
-            ..
-        } = blocks[i as usize];
+    pub(crate) fn remove(&mut self, blocks: &mut Blocks<'_>, i: u32) {
+        let b = &blocks[i];
+        let (prev_free, next_free, class) = (b.prev_free, b.next_free, b.class);
         // Links to NIL land in the sentinel; the head and the bitmaps are updated without a
         // branch on whether `i` was the head or the last of its class.
-        blocks[next_free as usize].prev_free = prev_free;
-        blocks[prev_free as usize].next_free = next_free;
-        let slot = class as usize;
-        let (fl, sl) = (slot / SL_COUNT, slot % SL_COUNT);
-        debug_assert!(prev_free != NIL || self.heads[slot] == i);
-        let head = self.heads[slot];
+        blocks[next_free].prev_free = prev_free;
+        blocks[prev_free].next_free = next_free;
+        let list = class as usize & (LISTS - 1);
+        let (fl, sl) = (list / SL_COUNT, list % SL_COUNT);
+        debug_assert!(prev_free != NIL || self.heads[list] == i);
+        let head = self.heads[list];
         let head = if head == i { next_free } else { head };
-        self.heads[slot] = head;
+        self.heads[list] = head;
         self.sl_bitmap[fl] &= !(u32::from(head == NIL) << sl);
         self.fl_bitmap &= !(u64::from(self.sl_bitmap[fl] == 0) << fl);
     }
@@ -164,23 +172,22 @@ impl TlsfIndex {
     ///
     /// O(1): at most [`EXACT_CLASS_SCAN`] list steps, then two find-first-set operations.
     #[inline]
-    pub(crate) fn find(&self, blocks: &[Block], size: u64) -> Option<u32> {
+    pub(crate) fn find(&self, blocks: Records<'_>, size: u64) -> Option<u32> {
         // Budget: a few steps of the request's own class (closest to best fit, which measured
         // 1.14 → 1.08 held over peak live on W3), then two find-first-set operations.
         let units = size >> GRANULE_SHIFT;
-        let (fl, sl) = class_of_units(units);
-        if fl >= FL_COUNT {
+        let (own, width) = list_of_units(units);
+        if own >= FL_COUNT * SL_COUNT {
             return None;
         }
-        let own = fl * SL_COUNT + sl;
         // Blocks of the own class may be large enough although the class as a whole is not,
         // and fit more tightly than any block of a larger class.
-        let mut i = self.heads[own];
+        let mut i = self.heads[own & (LISTS - 1)];
         for _ in 0..EXACT_CLASS_SCAN {
             if i == NIL {
                 break;
             }
-            let b = &blocks[i as usize];
+            let b = &blocks[i];
             if b.size >= size {
                 return Some(i);
             }
@@ -188,12 +195,12 @@ impl TlsfIndex {
         }
         // The first class whose every block is large enough: the own class when `size` starts
         // it, else the next (class indices are consecutive across first levels).
-        let start = own + usize::from(units & class_width_mask(units) != 0);
+        let start = own + usize::from(units & width != 0);
         let (fl, sl) = (start / SL_COUNT, start % SL_COUNT);
         if fl >= FL_COUNT {
             return None;
         }
-        let sl_map = self.sl_bitmap[fl] & (u32::MAX << sl);
+        let sl_map = self.sl_bitmap[fl & 63] & (u32::MAX << sl);
         let (fl, sl) = if sl_map != 0 {
             (fl, sl_map.trailing_zeros() as usize)
         } else {
@@ -202,9 +209,9 @@ impl TlsfIndex {
                 return None;
             }
             let fl = fl_map.trailing_zeros() as usize;
-            (fl, self.sl_bitmap[fl].trailing_zeros() as usize)
+            (fl, self.sl_bitmap[fl & 63].trailing_zeros() as usize)
         };
-        Some(self.heads[fl * SL_COUNT + sl])
+        Some(self.heads[(fl * SL_COUNT + sl) & (LISTS - 1)])
     }
 
     /// Every block in the lists, in no particular order (for release and merging lists).
@@ -212,7 +219,7 @@ impl TlsfIndex {
     /// # Time complexity
     ///
     /// O(classes + blocks).
-    pub(crate) fn collect(&self, blocks: &[Block], out: &mut Vec<u32>) {
+    pub(crate) fn collect(&self, blocks: Records<'_>, out: &mut Vec<u32>) {
         let mut fl_map = self.fl_bitmap;
         while fl_map != 0 {
             let fl = fl_map.trailing_zeros() as usize;
@@ -224,7 +231,7 @@ impl TlsfIndex {
                 let mut i = self.heads[fl * SL_COUNT + sl];
                 while i != NIL {
                     out.push(i);
-                    i = blocks[i as usize].next_free;
+                    i = blocks[i].next_free;
                 }
             }
         }
@@ -234,11 +241,44 @@ impl TlsfIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mr::detail::block::SENTINEL;
+    use crate::mr::detail::block::{Block, BlockSlab, SENTINEL};
 
     fn block(size: u64) -> Block {
         // A record with no links and not free: the slab's sentinel, sized.
         Block { size, ..SENTINEL }
+    }
+
+    /// The classes as first written: a first level from the most significant bit, with the
+    /// exact classes (below 32 granules) at first level 0.
+    fn reference_class_of_units(units: u64) -> (usize, usize) {
+        let msb = 63 - units.leading_zeros();
+        if units < SL_COUNT as u64 {
+            return (0, units as usize);
+        }
+        let fl = (msb - SL_LOG2 + 1) as usize;
+        let sl = ((units >> (msb - SL_LOG2)) as usize) & (SL_COUNT - 1);
+        (fl, sl)
+    }
+
+    #[test]
+    fn the_list_formula_gives_the_reference_classes() {
+        let large = (0..56).flat_map(|b| [(1u64 << b) - 1, 1u64 << b, (1u64 << b) + 1]);
+        for units in (1..200_000u64).chain(large.filter(|&u| u > 0)) {
+            assert_eq!(
+                class_of_units(units),
+                reference_class_of_units(units),
+                "{units}"
+            );
+            let (list, width) = list_of_units(units);
+            assert!(list < LISTS);
+            // The width is that of the class: its first unit and the next class's first unit
+            // are `width + 1` apart.
+            let first = units & !width;
+            assert_eq!(list_of_units(first).0, list, "{units}");
+            if let Some(next) = first.checked_add(width + 1) {
+                assert_eq!(list_of_units(next).0, list + 1, "{units}");
+            }
+        }
     }
 
     #[test]
@@ -267,7 +307,9 @@ mod tests {
         let large = (0..56).flat_map(|b| [(1u64 << b) - 1, 1u64 << b, (1u64 << b) + 1]);
         for units in (1..70_000u64).chain(large.filter(|&u| u > 0)) {
             let (fl, sl) = class_of_units(units);
-            let start = fl * SL_COUNT + sl + usize::from(units & class_width_mask(units) != 0);
+            let (list, width) = list_of_units(units);
+            assert_eq!(list, fl * SL_COUNT + sl);
+            let start = list + usize::from(units & width != 0);
             let want = class_at_least(units * GRANULE).map(|(fl, sl)| fl * SL_COUNT + sl);
             assert_eq!(
                 Some(start).filter(|&s| s < FL_COUNT * SL_COUNT),
@@ -280,15 +322,15 @@ mod tests {
     #[test]
     fn find_returns_a_large_enough_block_or_none() {
         let sizes = [256u64, 1024, 8192, 8448, 1 << 20, (1 << 20) + 4096, 3 << 30];
-        // Index 0 is the sentinel, as in a slab.
-        let mut blocks: Vec<Block> = std::iter::once(block(0))
-            .chain(sizes.iter().map(|&s| block(s)))
-            .collect();
+        // Records 1, 2, … after the sentinel.
+        let records: Vec<Block> = sizes.iter().map(|&s| block(s)).collect();
+        let mut slab = BlockSlab::of(&records);
+        let mut blocks = slab.view();
         let mut t = TlsfIndex::default();
-        for i in 1..blocks.len() as u32 {
+        for i in 1..=sizes.len() as u32 {
             t.insert(&mut blocks, i);
         }
-        assert_eq!(t.free_blocks(&blocks), sizes.len());
+        assert_eq!(t.free_blocks(blocks.records()), sizes.len());
         for want in [
             256u64,
             512,
@@ -300,27 +342,28 @@ mod tests {
             (1 << 20) + 256,
             1 << 30,
         ] {
-            let i = t.find(&blocks, want).unwrap();
-            assert!(blocks[i as usize].size >= want, "{want}");
+            let i = t.find(blocks.records(), want).unwrap();
+            assert!(blocks[i].size >= want, "{want}");
         }
-        assert!(t.find(&blocks, 4 << 30).is_none());
+        assert!(t.find(blocks.records(), 4 << 30).is_none());
         // Removing a block makes it unfindable; its class bit clears.
-        let big = t.find(&blocks, 2 << 30).unwrap();
+        let big = t.find(blocks.records(), 2 << 30).unwrap();
         t.remove(&mut blocks, big);
-        assert!(t.find(&blocks, 2 << 30).is_none());
+        assert!(t.find(blocks.records(), 2 << 30).is_none());
         let mut all = Vec::new();
-        t.collect(&blocks, &mut all);
+        t.collect(blocks.records(), &mut all);
         assert_eq!(all.len(), sizes.len() - 1);
-        assert_eq!(t.free_blocks(&blocks), sizes.len() - 1);
+        assert_eq!(t.free_blocks(blocks.records()), sizes.len() - 1);
     }
 
     #[test]
     fn the_own_class_scan_finds_a_fit_the_good_fit_search_skips() {
         // 66 and 67 granules share a class; a request of 67 rounds up past it.
-        let mut blocks = vec![block(0), block(67 * GRANULE)];
+        let mut slab = BlockSlab::of(&[block(67 * GRANULE)]);
+        let mut blocks = slab.view();
         let mut t = TlsfIndex::default();
         t.insert(&mut blocks, 1);
-        assert_eq!(t.find(&blocks, 67 * GRANULE), Some(1));
-        assert_eq!(t.find(&blocks, 68 * GRANULE), None);
+        assert_eq!(t.find(blocks.records(), 67 * GRANULE), Some(1));
+        assert_eq!(t.find(blocks.records(), 68 * GRANULE), None);
     }
 }
