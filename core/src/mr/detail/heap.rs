@@ -141,6 +141,15 @@ impl CoalescingHeap {
     /// O(streams seen); one comparison for a single-stream user.
     #[inline]
     pub(crate) fn slot_of(&self, stream: StreamId) -> Option<usize> {
+        // The first stream is looked at inline: most users have one.
+        match self.lists.first() {
+            Some(l) if l.stream == stream => Some(0),
+            _ => self.slot_of_later(stream),
+        }
+    }
+
+    #[inline(never)]
+    fn slot_of_later(&self, stream: StreamId) -> Option<usize> {
         self.lists.iter().position(|l| l.stream == stream)
     }
 
@@ -219,7 +228,7 @@ impl CoalescingHeap {
         blk.owner = LIVE;
         blk.set_requested(requested);
         let records = blocks.records();
-        live.insert(addr, i, |j| records[j].addr);
+        live.insert(addr, i, move |j| records[j].addr);
         *live_bytes += size;
         Some(addr)
     }
@@ -476,14 +485,14 @@ impl CoalescingHeap {
         let mut blocks = slab.view();
         let records = blocks.records();
         let i = live
-            .remove(addr, |j| records[j].addr)
+            .remove(addr, move |j| records[j].addr)
             .ok_or(FreeError::NotLive)?;
         let b = &blocks[i];
         if b.requested() != requested {
             // The rare refusal pays for the common case's single probe.
             let allocated = b.requested();
             let records = blocks.records();
-            live.insert(addr, i, |j| records[j].addr);
+            live.insert(addr, i, move |j| records[j].addr);
             return Err(FreeError::WrongSize { allocated });
         }
         let size = b.size;
