@@ -6,6 +6,8 @@
 //! (for the segregated free lists of [`super::tlsf::TlsfIndex`]). Indices are `u32`, so a
 //! record is 40 bytes and a slab of a million blocks is 40 MB.
 
+use super::masked::Masked;
+
 /// "No block": the end of a list, or no physical neighbour (a chunk boundary). Index 0 of every
 /// slab is a sentinel record, never a block, so a link to `NIL` can be written through without
 /// a branch (the write lands in the sentinel), and the sentinel's owner is [`LIVE`], so it never
@@ -189,65 +191,6 @@ impl BlockSlab {
     }
 }
 
-/// A non-empty slice indexed by `i & (len - 1)`: always in bounds, so never checked.
-#[derive(Clone, Copy)]
-struct Masked<S> {
-    slice: S,
-    /// The slice's length minus one.
-    mask: usize,
-}
-
-impl<'a> Masked<&'a [Block]> {
-    #[inline(always)]
-    fn new(slice: &'a [Block]) -> Self {
-        // The sentinel is always there.
-        let mask = slice.len() - 1;
-        Masked { slice, mask }
-    }
-
-    #[inline(always)]
-    fn get(&self, i: u32) -> &'a Block {
-        let k = i as usize & self.mask;
-        debug_assert!(k < self.slice.len());
-        #[allow(unsafe_code, reason = "a masked index is in bounds by construction")]
-        // SAFETY: `mask` is the slice's length minus one (set in `new`, never changed), and
-        // `k & mask <= mask`.
-        unsafe {
-            self.slice.get_unchecked(k)
-        }
-    }
-}
-
-impl<'a> Masked<&'a mut [Block]> {
-    #[inline(always)]
-    fn new(slice: &'a mut [Block]) -> Self {
-        let mask = slice.len() - 1;
-        Masked { slice, mask }
-    }
-
-    #[inline(always)]
-    fn get(&self, i: u32) -> &Block {
-        let k = i as usize & self.mask;
-        debug_assert!(k < self.slice.len());
-        #[allow(unsafe_code, reason = "a masked index is in bounds by construction")]
-        // SAFETY: as above.
-        unsafe {
-            self.slice.get_unchecked(k)
-        }
-    }
-
-    #[inline(always)]
-    fn get_mut(&mut self, i: u32) -> &mut Block {
-        let k = i as usize & self.mask;
-        debug_assert!(k < self.slice.len());
-        #[allow(unsafe_code, reason = "a masked index is in bounds by construction")]
-        // SAFETY: as above.
-        unsafe {
-            self.slice.get_unchecked_mut(k)
-        }
-    }
-}
-
 /// A slab's records by index (masked: see [`BlockSlab`]), with its vacant chain.
 pub(crate) struct Blocks<'a> {
     records: Masked<&'a mut [Block]>,
@@ -277,10 +220,7 @@ impl Blocks<'_> {
     /// The records, read-only.
     #[inline(always)]
     pub(crate) fn records(&self) -> Records<'_> {
-        Records(Masked {
-            slice: &*self.records.slice,
-            mask: self.records.mask,
-        })
+        Records(self.records.shared())
     }
 }
 
@@ -288,14 +228,14 @@ impl std::ops::Index<u32> for Blocks<'_> {
     type Output = Block;
     #[inline(always)]
     fn index(&self, i: u32) -> &Block {
-        self.records.get(i)
+        self.records.get(i as usize)
     }
 }
 
 impl std::ops::IndexMut<u32> for Blocks<'_> {
     #[inline(always)]
     fn index_mut(&mut self, i: u32) -> &mut Block {
-        self.records.get_mut(i)
+        self.records.get_mut(i as usize)
     }
 }
 
@@ -307,7 +247,7 @@ impl std::ops::Index<u32> for Records<'_> {
     type Output = Block;
     #[inline(always)]
     fn index(&self, i: u32) -> &Block {
-        self.0.get(i)
+        self.0.get(i as usize)
     }
 }
 

@@ -2,6 +2,7 @@
 //!
 //! - [`addr_map`]: live pointer → block index, an open-addressing hash table.
 //! - [`block`]: host-side records of device memory blocks, in a slab.
+//! - [`masked`]: a power-of-two table indexed with a mask instead of a bounds check.
 //! - [`context_scope`]: the resource's own context current for a slow path's driver calls.
 //! - [`tlsf`]: two-level segregated fit free lists with constant-time search.
 //! - [`heap`]: a coalescing suballocator over upstream chunks with per-stream TLSF lists.
@@ -17,6 +18,7 @@ pub(crate) mod context_scope;
 pub(crate) mod growth;
 pub(crate) mod heap;
 pub(crate) mod heap_tail;
+pub(crate) mod masked;
 pub(crate) mod segment;
 pub(crate) mod source;
 pub(crate) mod stream_order;
