@@ -154,14 +154,21 @@ impl BlockSlab {
     /// The records, to read and write by index, with the vacant chain.
     #[inline(always)]
     pub(crate) fn view(&mut self) -> Blocks<'_> {
+        #[allow(
+            unsafe_code,
+            reason = "the hot path's view skips a check the slab makes moot"
+        )]
+        // SAFETY: the slab always holds its sentinel (`default` makes 16 records, `grow`
+        // only adds, nothing removes one), so `blocks` is not empty.
+        let records = unsafe { Masked::<&mut [Block]>::new_unchecked(&mut self.blocks) };
         Blocks {
-            records: Masked::<&mut [Block]>::new(&mut self.blocks),
+            records,
             vacant: &mut self.vacant,
         }
     }
 
-    /// The records, read-only.
-    #[inline(always)]
+    /// The records, read-only (for the slow paths: the hot path reads through its view).
+    #[inline]
     pub(crate) fn records(&self) -> Records<'_> {
         Records(Masked::<&[Block]>::new(&self.blocks))
     }

@@ -4,8 +4,8 @@
 //! The pool's tables (the block slab, the live map's groups) have power-of-two lengths, where
 //! the mask changes no index they hold; masking then costs one `and` where a bounds check cost
 //! a compare, a branch and, around it, reloads of the table's base and length (about a tenth
-//! of the pool's instructions on W3 by callgrind). The one `unsafe` is local: an index masked
-//! with the length minus one is below the length whatever it was.
+//! of the pool's instructions on W3 by callgrind). The `unsafe` is local: an index masked with
+//! the length minus one of a slice that is not empty is below the length, whatever it was.
 
 /// A non-empty slice (`&[T]` or `&mut [T]`) with its length minus one.
 #[derive(Clone, Copy)]
@@ -16,10 +16,18 @@ pub(crate) struct Masked<S> {
 }
 
 impl<'a, T> Masked<&'a [T]> {
-    /// `slice`, which must not be empty.
-    #[inline(always)]
+    /// `slice`.
+    ///
+    /// # Panics
+    ///
+    /// When `slice` is empty.
+    #[inline]
     pub(crate) fn new(slice: &'a [T]) -> Self {
-        let mask = slice.len() - 1;
+        // An empty slice would give a mask of `usize::MAX`: refused, as `get` relies on it.
+        let mask = slice
+            .len()
+            .checked_sub(1)
+            .expect("a masked slice is not empty");
         Masked { slice, mask }
     }
 
@@ -28,7 +36,8 @@ impl<'a, T> Masked<&'a [T]> {
     pub(crate) fn get(&self, i: usize) -> &'a T {
         let k = i & self.mask;
         #[allow(unsafe_code, reason = "a masked index is in bounds by construction")]
-        // SAFETY: `mask` is the slice's length minus one (`new`), and `k <= mask`.
+        // SAFETY: `mask` is the length minus one of a slice that is not empty (`new`,
+        // `new_unchecked`, `shared`), and `k <= mask`.
         unsafe {
             self.slice.get_unchecked(k)
         }
@@ -36,10 +45,17 @@ impl<'a, T> Masked<&'a [T]> {
 }
 
 impl<'a, T> Masked<&'a mut [T]> {
-    /// `slice`, which must not be empty.
+    /// `slice`, with no check that it is not empty (two instructions an operation on the
+    /// pool's hot path, where the slab always holds its sentinel).
+    ///
+    /// # Safety
+    ///
+    /// `slice` must not be empty: its mask would be `usize::MAX`, and `get` would read past it.
     #[inline(always)]
-    pub(crate) fn new(slice: &'a mut [T]) -> Self {
-        let mask = slice.len() - 1;
+    #[allow(unsafe_code, reason = "its callers vouch that the slice is not empty")]
+    pub(crate) unsafe fn new_unchecked(slice: &'a mut [T]) -> Self {
+        debug_assert!(!slice.is_empty());
+        let mask = slice.len().wrapping_sub(1);
         Masked { slice, mask }
     }
 
@@ -79,9 +95,17 @@ mod tests {
         let mut v = [10, 11, 12, 13];
         let m = Masked::<&[i32]>::new(&v);
         assert_eq!((*m.get(1), *m.get(5), *m.get(usize::MAX)), (11, 11, 13));
-        let mut m = Masked::<&mut [i32]>::new(&mut v);
+        // SAFETY: not empty.
+        #[allow(unsafe_code, reason = "the unchecked constructor under test")]
+        let mut m = unsafe { Masked::<&mut [i32]>::new_unchecked(&mut v) };
         *m.get_mut(6) = 7;
         assert_eq!(*m.get(2), 7);
         assert_eq!(v, [10, 11, 7, 13]);
+    }
+
+    #[test]
+    #[should_panic(expected = "a masked slice is not empty")]
+    fn an_empty_slice_is_refused() {
+        let _ = Masked::<&[i32]>::new(&[]);
     }
 }
