@@ -125,7 +125,7 @@ impl BlockSlab {
         // The slab stays far below 2^32 records: each block is at least one granule of
         // device memory, and no device has 2^40 bytes.
         let new = (old * 2).max(16);
-        assert!(new <= 1 << 32, "block slab past 2^32 records");
+        assert!(new - 1 <= u32::MAX as usize, "block slab past 2^32 records");
         self.blocks.resize(new, SENTINEL);
         // Chain the new records, lowest first.
         for i in (old..new).rev() {
