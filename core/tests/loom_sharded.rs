@@ -38,9 +38,17 @@ fn model(name: &str, f: impl Fn() + Sync + Send + 'static) {
     builder.preemption_bound.get_or_insert(PREEMPTIONS);
     let bound = builder.preemption_bound;
     let start = Instant::now();
+    let f = Arc::new(f);
     builder.check(move || {
         counted.fetch_add(1, SeqCst);
-        f();
+        // On a thread of its own: loom's main thread keeps its small stack (see `STACK`).
+        let f = Arc::clone(&f);
+        loom::thread::Builder::new()
+            .stack_size(STACK)
+            .spawn(move || f())
+            .expect("a modelled thread")
+            .join()
+            .expect("the scenario");
     });
     // One line per scenario, whole, however the harness runs them.
     let _one = RUNS.lock();
@@ -228,12 +236,20 @@ fn arena(limit: u64, arenas: usize) -> Arc<Env<Arena>> {
     })
 }
 
+/// The stack of a modelled thread: loom runs each on a coroutine of 32 KiB by default, and the
+/// unoptimized pool (a stream's free lists are 8 KiB, built on the stack and moved) needs more;
+/// a real thread has megabytes.
+const STACK: usize = 1 << 20;
+
 fn spawn<R: DeviceMemoryResource + 'static>(
     env: &Arc<Env<R>>,
     f: impl FnOnce(&Env<R>) + Send + 'static,
 ) -> loom::thread::JoinHandle<()> {
     let env = Arc::clone(env);
-    loom::thread::spawn(move || f(&env))
+    loom::thread::Builder::new()
+        .stack_size(STACK)
+        .spawn(move || f(&env))
+        .expect("a modelled thread")
 }
 
 /// Every block freed: the counters agree, and `release` gives everything back to the upstream;

@@ -85,9 +85,9 @@ pub(crate) const SENTINEL: Block = Block {
 /// (which changes no index the heap holds), so a view of the records ([`Blocks`]) reads and
 /// writes with no bounds check and still never outside the slab: the checks and the reloads
 /// of the slab's base and length around them were about a tenth of the pool's instructions
-/// (callgrind, W3). Vacant
-/// records are chained through `next_free` (no side stack to grow on the hot path), and the
-/// slab grows only through [`BlockSlab::reserve`], before a caller takes its view.
+/// (callgrind, W3). Vacant records are chained through `next_free` (no side stack to grow on
+/// the hot path), and the slab grows only through [`BlockSlab::reserve`], before a caller
+/// takes its view.
 #[derive(Debug, Clone)]
 pub(crate) struct BlockSlab {
     blocks: Vec<Block>,

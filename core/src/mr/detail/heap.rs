@@ -183,6 +183,8 @@ impl CoalescingHeap {
     /// # Time complexity
     ///
     /// O(1): a TLSF search, one unlink, at most one split and re-file, one map insert.
+    // Inlined into the resources' allocate: as a call of its own, with the free's, it cost 23
+    // instructions an op (callgrind, W3).
     #[inline(always)]
     pub(crate) fn allocate(&mut self, slot: usize, size: u64, requested: u64) -> Option<u64> {
         // The split below may need a record; the view cannot grow the slab.
@@ -466,6 +468,7 @@ impl CoalescingHeap {
     /// # Time complexity
     ///
     /// O(1).
+    // Inlined into the resources' free, as `allocate` is.
     #[inline(always)]
     pub(crate) fn deallocate_in_chunk(
         &mut self,

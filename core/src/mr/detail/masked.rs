@@ -1,11 +1,11 @@
 //! [`Masked`]: a non-empty slice indexed by `i & (len - 1)`, never out of bounds, so never
 //! checked.
 //!
-//! The pool's tables (the block slab, the live map's groups) have power-of-two lengths, where
-//! the mask changes no index they hold; masking then costs one `and` where a bounds check cost
-//! a compare, a branch and, around it, reloads of the table's base and length (about a tenth
-//! of the pool's instructions on W3 by callgrind). The `unsafe` is local: an index masked with
-//! the length minus one of a slice that is not empty is below the length, whatever it was.
+//! The pool's block slab has a power-of-two length, where the mask changes no index it holds;
+//! masking then costs one `and` where a bounds check cost a compare, a branch and, around it,
+//! reloads of the slab's base and length (about a tenth of the pool's instructions on W3 by
+//! callgrind). The `unsafe` is local: an index masked with the length minus one of a slice
+//! that is not empty is below the length, whatever it was.
 
 /// A non-empty slice (`&[T]` or `&mut [T]`) with its length minus one.
 #[derive(Clone, Copy)]
