@@ -5,6 +5,7 @@ import glob
 import json
 import os
 import re
+import statistics
 import sys
 
 res = sys.argv[1]
@@ -91,8 +92,6 @@ if gate:
     out += ["", "## The gate on this GPU", "",
             f"Each line: a plugin run through the gate on this GPU and what the gate must answer ({wrong} wrong).", ""]
     out += [f"- {l}" for l in gate.splitlines()]
-with open(os.path.join(res, "report.json"), "w") as f:
-    json.dump(report, f, indent=1)
 out += ["", "## Standard workloads on this GPU (`emm bench --backend cuda`)", "",
         "| resource | W1 ns/op | W2 ns/op | W3 ns/op | held / peak live W1 · W2 · W3 |", "|---|---:|---:|---:|---|"]
 by = {}
@@ -114,9 +113,67 @@ for (name, wl), s in sorted(sim_by.items()):
 peers = os.path.join(res, "peers", "results.md")
 if os.path.exists(peers):
     out += ["", "## Peers in the same run", "", open(peers).read()]
+
+
+def rounds(path):
+    """ns per op of every process of the `rounds` part, by (allocator, workload)."""
+    cells = {}
+    try:
+        text = open(path).read().splitlines()
+    except OSError:
+        return cells
+    for line in text:
+        m = re.match(r"ROUND \d+ (.*)", line.strip())
+        if not m:
+            continue
+        body = m.group(1)
+        try:
+            if body.startswith("{"):
+                r = json.loads(body)
+                key, ns = ("emm " + r["resource"], r["workload"]), float(r["ns_per_op"])
+            elif body.startswith("RESULT "):
+                f = body.split()
+                kv = dict(x.split("=", 1) for x in f[3:] if "=" in x)
+                if kv.get("status") != "ok":
+                    continue
+                key, ns = (f[1], f[2]), float(kv["ns_per_op"])
+            else:
+                continue
+        except (ValueError, KeyError, IndexError):
+            continue
+        cells.setdefault(key, []).append(ns)
+    return cells
+
+
+cells = rounds(os.path.join(res, "rounds.txt"))
+if cells:
+    wls = ("W1", "W2", "W3")
+    names = sorted({k[0] for k in cells})
+    med = {k: statistics.median(v) for k, v in cells.items()}
+    report["rounds"] = [{"allocator": k[0], "workload": k[1], "ns_per_op": sorted(v)} for k, v in sorted(cells.items())]
+    out += ["", "## Many processes a cell (`rounds`)", "",
+            "ns per op, median of the processes (min–max, count); emm and the peers interleaved in this call.", "",
+            "| allocator | W1 | W2 | W3 |", "|---|---|---|---|"]
+    for n in names:
+        row = []
+        for w in wls:
+            v = sorted(cells.get((n, w), []))
+            row.append(f"{med[(n, w)]:.1f} ({v[0]:.1f}–{v[-1]:.1f}, {len(v)})" if v else "-")
+        out.append(f"| {n} | " + " | ".join(row) + " |")
+    peers_only = [n for n in names if not n.startswith("emm ")]
+    for n in [n for n in names if n.startswith("emm ")]:
+        ratios = []
+        for w in wls:
+            best = min((med[(p, w)], p) for p in peers_only if (p, w) in med) if any((p, w) in med for p in peers_only) else None
+            if best and (n, w) in med:
+                ratios.append(f"{w} {best[0] / med[(n, w)]:.1f}× ({best[1]})")
+        if ratios:
+            out += ["", f"{n} against the best peer, median against median: " + ", ".join(ratios) + "."]
 python_summary = os.path.join(res, "python", "summary.md")
 if os.path.exists(python_summary):
     out += ["", open(python_summary).read()]
+with open(os.path.join(res, "report.json"), "w") as f:
+    json.dump(report, f, indent=1)
 with open(os.path.join(res, "report.md"), "w") as f:
     f.write("\n".join(out) + "\n")
 print("\n".join(out))

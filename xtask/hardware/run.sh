@@ -11,7 +11,11 @@
 # PARTS (default smoke,check,gate,bench,peers: which parts run; split them across calls where
 # one call may not run long). Extra parts: `python` (the Python acceptance of the C ABI, about
 # 6 minutes: python/run_python.sh), `multigpu` (the multi-GPU tests), `threads-peers` (the
-# peers driven by many threads), `report` (`emm bench --report` with every chart).
+# peers driven by many threads), `report` (`emm bench --report` with every chart), `rounds`
+# (after `peers` in the same call: ROUNDS rounds, default 8, each one process of `emm bench`
+# for ROUNDS_RESOURCES, default pool-vmm, and one of each of ROUNDS_PEERS, default
+# rmm:binning,torch:torch, per workload, interleaved, so that every cell has as many
+# processes on both sides: a host's processes run in modes up to 1.5x apart).
 # ANCHOR_BUDGET_S for the peers' time budget, THREADS and ROUND_OPS for the many-threads runs
 # (default 1,2,4,8,16 and 1000000), BENCH_RESOURCES (the bench part's emm resources; default all), REPORT_RESOURCES (the report's emm resources), REPORT_THREADS_RESOURCES (its many-threads resources; default pool,sharded,arena), REPORT_PASSES (its timed passes), PEERS_RAW for peers' figures from an earlier call to put in
 # the report, EMM_VERDICT_DIR (the verdict store of the check part; default $RESULTS/verdicts).
@@ -125,6 +129,26 @@ if part peers && [ -d "$HERE/peers" ]; then
   echo "==> peers"
   OUT="$RESULTS/peers" ANCHOR_BUDGET_S=${ANCHOR_BUDGET_S:-240} bash "$HERE/peers/run_all.sh" > "$RESULTS/peers.log" 2>&1
   python3 "$HERE/peers/make_table.py" "$RESULTS/peers/results.raw" "$RESULTS/peers/env.txt" > "$RESULTS/peers/results.md" 2>> "$RESULTS/peers.log"
+fi
+
+if part rounds; then
+  echo "==> rounds: many processes a cell, emm and the peers interleaved"
+  # Where peers/run_all.sh builds the peers and writes the op lists.
+  PB=/tmp/anchors_build; OPS=/tmp/anchors_ops
+  [ -x "$PB/bench_rmm" ] || echo "  the peers' binaries are not built: add the peers part to this call"
+  : > "$RESULTS/rounds.txt"
+  for i in $(seq 1 "${ROUNDS:-8}"); do
+    "$EMM" bench --backend cuda --json --resource "${ROUNDS_RESOURCES:-pool-vmm}" 2>/dev/null | sed "s/^/ROUND $i /" >> "$RESULTS/rounds.txt"
+    for spec in $(echo "${ROUNDS_PEERS:-rmm:binning,torch:torch}" | tr ',' ' '); do
+      for w in W1 W2 W3; do
+        case $spec in
+          rmm:*) [ -x "$PB/bench_rmm" ] && "$PB/bench_rmm" "${spec#rmm:}" "$OPS" "$w" ;;
+          torch:*) [ -x "$PB/bench_torch" ] && "$PB/bench_torch" "${spec#torch:}" "$OPS" "$w" ;;
+        esac 2>/dev/null | grep '^RESULT' | sed "s/^/ROUND $i /" >> "$RESULTS/rounds.txt"
+      done
+    done
+  done
+  echo "  $(grep -c '^ROUND' "$RESULTS/rounds.txt") results in $RESULTS/rounds.txt"
 fi
 
 if part python; then

@@ -1,7 +1,8 @@
 //! The hardware bundle's Python scripts (`xtask/hardware/python`): their own unittest checks
 //! (the numba-cuda log summary against real unittest output and the committed baselines) and
-//! a syntax check of every script, so a broken script is caught here and not on the GPU
-//! machine. Skips, saying so, when `python3` is absent.
+//! a syntax check of every script; the run script's syntax and its report (`report.py`) over a
+//! results folder; so a broken script is caught here and not on the GPU machine. Skips, saying
+//! so, when `python3` is absent.
 
 use std::path::Path;
 use std::process::Command;
@@ -54,4 +55,84 @@ fn the_hardware_python_scripts_compile_and_their_checks_pass() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+#[test]
+fn the_report_summarizes_the_rounds_median_against_median() {
+    if !python3() {
+        eprintln!("skipped: python3 is not installed");
+        return;
+    }
+    let hardware = Path::new(env!("CARGO_MANIFEST_DIR")).join("hardware");
+    let out = Command::new("bash")
+        .arg("-n")
+        .arg(hardware.join("run.sh"))
+        .output()
+        .expect("bash runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Three rounds: emm's JSON lines, the peers' RESULT lines, a failed peer run and a line
+    // of noise (both left out).
+    let dir = std::env::temp_dir().join(format!("emm-rounds-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut rounds = String::new();
+    for (i, emm) in [[40.0, 37.0, 41.0], [42.0, 35.0, 33.0], [53.0, 58.0, 66.0]]
+        .iter()
+        .enumerate()
+    {
+        for (w, ns) in ["W1", "W2", "W3"].iter().zip(emm) {
+            rounds += &format!(
+                "ROUND {i} {{\"resource\":\"pool-vmm\",\"workload\":\"{w}\",\"ns_per_op\":{ns}}}\n"
+            );
+        }
+        for (w, ns) in ["W1", "W2", "W3"].iter().zip([270, 350, 274]) {
+            let ns = ns + i;
+            rounds +=
+                &format!("ROUND {i} RESULT C_rmm_binning {w} ops=1 status=ok ns_per_op={ns}\n");
+            rounds +=
+                &format!("ROUND {i} RESULT D_torch_caching {w} ops=1 status=ok ns_per_op=900\n");
+        }
+        rounds += &format!("ROUND {i} RESULT C_rmm_pool W1 ops=1 status=FAILED error=\"x\"\n");
+        rounds += &format!("ROUND {i} not a result\n");
+    }
+    std::fs::write(dir.join("rounds.txt"), rounds).unwrap();
+    let out = Command::new("python3")
+        .arg(hardware.join("report.py"))
+        .arg(&dir)
+        .output()
+        .expect("python3 runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    let json = std::fs::read_to_string(dir.join("report.json")).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(
+        md.contains(
+            "| emm pool-vmm | 42.0 (40.0–53.0, 3) | 37.0 (35.0–58.0, 3) | 41.0 (33.0–66.0, 3) |"
+        ),
+        "{md}"
+    );
+    assert!(
+        md.contains("| C_rmm_binning | 271.0 (270.0–272.0, 3) |"),
+        "{md}"
+    );
+    assert!(
+        !md.contains("C_rmm_pool"),
+        "a failed run is no figure: {md}"
+    );
+    // The best peer per list is the lowest median: RMM binning, not PyTorch.
+    assert!(
+        md.contains(
+            "emm pool-vmm against the best peer, median against median: W1 6.5× (C_rmm_binning), \
+             W2 9.5× (C_rmm_binning), W3 6.7× (C_rmm_binning)."
+        ),
+        "{md}"
+    );
+    assert!(json.contains("\"rounds\""), "{json}");
 }
