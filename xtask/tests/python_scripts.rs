@@ -7,6 +7,17 @@
 use std::path::Path;
 use std::process::Command;
 
+/// Runs `cmd` and fails the test, with its output, unless it succeeds.
+fn succeeds(cmd: &mut Command) {
+    let out = cmd.output().expect("the command starts");
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 fn python3() -> bool {
     Command::new("python3")
         .arg("--version")
@@ -20,41 +31,20 @@ fn the_hardware_python_scripts_compile_and_their_checks_pass() {
         eprintln!("skipped: python3 is not installed");
         return;
     }
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("hardware/python");
-    let out = Command::new("python3")
-        .args(["-m", "unittest", "discover", "-s"])
-        .arg(&dir)
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .output()
-        .expect("python3 runs");
-    assert!(
-        out.status.success(),
-        "the scripts' checks failed:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    let hardware = Path::new(env!("CARGO_MANIFEST_DIR")).join("hardware");
+    let dir = hardware.join("python");
+    succeeds(
+        Command::new("python3")
+            .args(["-m", "unittest", "discover", "-s"])
+            .arg(&dir)
+            .env("PYTHONDONTWRITEBYTECODE", "1"),
     );
     let check = "import ast, pathlib, sys\n\
                  for p in sorted(pathlib.Path(sys.argv[1]).glob('*.py')):\n    ast.parse(p.read_text(), str(p))\n";
-    let out = Command::new("python3")
-        .args(["-c", check])
-        .arg(&dir)
-        .output()
-        .expect("python3 runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let out = Command::new("bash")
-        .arg("-n")
-        .arg(dir.join("run_python.sh"))
-        .output()
-        .expect("bash runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeds(Command::new("python3").args(["-c", check]).arg(&dir));
+    for script in [dir.join("run_python.sh"), hardware.join("run.sh")] {
+        succeeds(Command::new("bash").arg("-n").arg(script));
+    }
 }
 
 #[test]
@@ -64,16 +54,6 @@ fn the_report_summarizes_the_rounds_median_against_median() {
         return;
     }
     let hardware = Path::new(env!("CARGO_MANIFEST_DIR")).join("hardware");
-    let out = Command::new("bash")
-        .arg("-n")
-        .arg(hardware.join("run.sh"))
-        .output()
-        .expect("bash runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     // Three rounds: emm's JSON lines, the peers' RESULT lines, a failed peer run and a line
     // of noise (both left out).
     let dir = std::env::temp_dir().join(format!("emm-rounds-{}", std::process::id()));
@@ -99,15 +79,10 @@ fn the_report_summarizes_the_rounds_median_against_median() {
         rounds += &format!("ROUND {i} not a result\n");
     }
     std::fs::write(dir.join("rounds.txt"), rounds).unwrap();
-    let out = Command::new("python3")
-        .arg(hardware.join("report.py"))
-        .arg(&dir)
-        .output()
-        .expect("python3 runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    succeeds(
+        Command::new("python3")
+            .arg(hardware.join("report.py"))
+            .arg(&dir),
     );
     let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
     let json = std::fs::read_to_string(dir.join("report.json")).unwrap();
