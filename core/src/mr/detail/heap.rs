@@ -397,9 +397,29 @@ impl CoalescingHeap {
     /// O(1) expected: one map lookup.
     pub(crate) fn free_chunk(&self, base: u64) -> Option<(u64, u64, StreamId)> {
         let c = self.chunks.get(self.chunk_at(base)?)?;
+        let slot = self.free_slot_of(c)?;
+        Some((c.size, c.mark, self.lists[slot].stream))
+    }
+
+    /// The slot whose lists hold chunk `c` when it is wholly free (one free block as large as
+    /// the chunk), else `None`.
+    fn free_slot_of(&self, c: &Chunk) -> Option<usize> {
         let b = self.slab.get(c.first);
-        (b.is_free() && b.size == c.size)
-            .then(|| (c.size, c.mark, self.lists[b.owner as usize].stream))
+        (b.is_free() && b.size == c.size).then_some(b.owner as usize)
+    }
+
+    /// Removes chunk `k` when it is wholly free, and returns it with the stream whose lists
+    /// held it.
+    fn take_chunk_if_free(&mut self, k: usize) -> Option<(Chunk, StreamId)> {
+        let c = *self.chunks.get(k)?;
+        let slot = self.free_slot_of(&c)?;
+        self.lists[slot]
+            .index
+            .remove(&mut self.slab.view(), c.first);
+        self.slab.remove(c.first);
+        self.held -= c.size;
+        self.remove_chunk(k);
+        Some((c, self.lists[slot].stream))
     }
 
     /// Sets the mark of the chunk based at `base` and returns the mark it had; `None` when no
@@ -421,19 +441,7 @@ impl CoalescingHeap {
     /// O(1) expected: one map lookup.
     pub(crate) fn take_free_chunk_at(&mut self, base: u64) -> Option<(Chunk, StreamId)> {
         let k = self.chunk_at(base)?;
-        let c = *self.chunks.get(k)?;
-        let b = *self.slab.get(c.first);
-        if !(b.is_free() && b.size == c.size) {
-            return None;
-        }
-        let slot = b.owner as usize;
-        self.lists[slot]
-            .index
-            .remove(&mut self.slab.view(), c.first);
-        self.slab.remove(c.first);
-        self.held -= c.size;
-        self.remove_chunk(k);
-        Some((c, self.lists[slot].stream))
+        self.take_chunk_if_free(k)
     }
 
     /// Frees the live block at `addr`, allocated with `requested` bytes, into `slot`'s lists,
@@ -545,21 +553,12 @@ impl CoalescingHeap {
         }
         let mut k = 0;
         while k < self.chunks.len() {
-            let c = self.chunks[k];
-            let b = *self.slab.get(c.first);
-            let wholly_free = b.is_free() && b.size == c.size;
-            if wholly_free && keep > 0 {
+            if keep > 0 && self.free_slot_of(&self.chunks[k]).is_some() {
                 keep -= 1;
                 k += 1;
-            } else if wholly_free {
-                let slot = b.owner as usize;
-                self.lists[slot]
-                    .index
-                    .remove(&mut self.slab.view(), c.first);
-                self.slab.remove(c.first);
-                self.held -= c.size;
-                out.push((c, self.lists[slot].stream));
-                self.remove_chunk(k);
+            } else if let Some(taken) = self.take_chunk_if_free(k) {
+                // The last chunk moved into `k`: look at `k` again.
+                out.push(taken);
             } else {
                 k += 1;
             }
@@ -578,19 +577,7 @@ impl CoalescingHeap {
             .chunks
             .iter()
             .position(|c| c.base <= addr && addr - c.base < c.size)?;
-        let c = self.chunks[k];
-        let b = *self.slab.get(c.first);
-        if !(b.is_free() && b.size == c.size) {
-            return None;
-        }
-        let slot = b.owner as usize;
-        self.lists[slot]
-            .index
-            .remove(&mut self.slab.view(), c.first);
-        self.slab.remove(c.first);
-        self.held -= c.size;
-        self.remove_chunk(k);
-        Some((c, self.lists[slot].stream))
+        self.take_chunk_if_free(k)
     }
 
     /// Forgets everything (after the caller has returned every chunk upstream) and returns the
