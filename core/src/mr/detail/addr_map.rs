@@ -1,4 +1,6 @@
-//! [`AddrMap`]: live pointer → block index, a hash table tuned for device addresses.
+//! [`AddrMap`]: device address → record index, a hash table tuned for device addresses (a
+//! fixed-size resource's live blocks, a heap's chunks; the heap's live blocks have their own
+//! [`super::live_index::LiveIndex`]).
 //!
 //! Keys are device addresses (non-zero multiples of 256); values are `u32` indices of records
 //! that hold the key themselves (a block's address, a chunk's base), so the table stores no
@@ -83,7 +85,7 @@ impl AddrMap {
     }
 
     /// Number of entries.
-    #[inline]
+    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.len
     }

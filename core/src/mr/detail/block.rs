@@ -29,34 +29,48 @@ pub(crate) struct Block {
     pub prev_phys: u32,
     /// The block just above in the same chunk, or [`NIL`] at the chunk's end.
     pub next_phys: u32,
-    /// Free-list links while free; while live, the low half of the bytes the caller asked
-    /// for ([`Block::requested`]): a live block is in no list.
+    /// Free-list link while free; while live, the low 32 bits of the block's pad
+    /// ([`Block::requested`]): a live block is in no list.
     pub prev_free: u32,
-    /// Free-list links while free; while live, the high half of the bytes asked for.
+    /// Free-list link while free; while live, the next block of its bucket in the heap's
+    /// [`super::live_index::LiveIndex`]; while vacant, the next vacant record.
     pub next_free: u32,
     /// While free, the stream slot whose lists hold it; [`LIVE`] while handed out.
     pub owner: u32,
     /// While filed in a free list, that list's index (its size class), so unlinking it does
-    /// not compute the class again. Fits in the record's padding.
+    /// not compute the class again; while live, the high 16 bits of its pad. Fits in the
+    /// record's padding.
     pub class: u16,
 }
 
-// Five records fit in 200 bytes; `Block::requested` shares the links.
+// Five records fit in 200 bytes; `Block::requested` shares the fields a free block uses.
 const _: () = assert!(std::mem::size_of::<Block>() == 40);
 
+/// A live block's pad (its size less the bytes asked for) is below this: 48 bits are kept.
+pub(crate) const PAD_LIMIT: u64 = 1 << 48;
+
 impl Block {
-    /// While live: the bytes the caller asked for, checked on free. Kept in the free-list
-    /// links, so a record is 40 bytes, not 48 (W3's records fill fewer cache lines).
+    /// While live: the bytes the caller asked for, checked on free. Kept as the pad below the
+    /// block's size, in `prev_free` and `class`, which only a free block uses: so a record is
+    /// 40 bytes, not 48 (W3's records fill fewer cache lines).
     #[inline]
     pub(crate) fn requested(&self) -> u64 {
-        u64::from(self.prev_free) | u64::from(self.next_free) << 32
+        self.size - (u64::from(self.prev_free) | u64::from(self.class) << 32)
     }
 
-    /// Records the bytes asked for, as the block goes live.
+    /// Records the bytes asked for, as the block goes live at its final size. Callers round
+    /// a request up to a granule or a size class of at most megabytes, so `bytes` is at most
+    /// the size and the pad below [`PAD_LIMIT`].
     #[inline]
     pub(crate) fn set_requested(&mut self, bytes: u64) {
-        self.prev_free = bytes as u32;
-        self.next_free = (bytes >> 32) as u32;
+        let pad = self.size - bytes;
+        debug_assert!(
+            bytes <= self.size && pad < PAD_LIMIT,
+            "{bytes} in {}",
+            self.size
+        );
+        self.prev_free = pad as u32;
+        self.class = (pad >> 32) as u16;
     }
 
     /// Whether the block is free.

@@ -2,7 +2,7 @@
 //! free lists per stream.
 //!
 //! This is the algorithm of `PoolResource` and of `ArenaResource`'s arenas. Live blocks are
-//! found by address in an [`AddrMap`]; free blocks sit in the [`TlsfIndex`] of the stream that
+//! found by address in a [`LiveIndex`]; free blocks sit in the [`TlsfIndex`] of the stream that
 //! freed them, so memory freed on stream A is found at once by allocations on A and never by
 //! allocations on B. A block freed on A merges with free physical neighbours that are also A's
 //! (merging with B's would hand B's memory to A unordered). [`CoalescingHeap::adopt`] moves a
@@ -20,6 +20,7 @@ use crate::driver::StreamId;
 
 use super::addr_map::AddrMap;
 use super::block::{Block, BlockSlab, Blocks, LIVE, NIL};
+use super::live_index::LiveIndex;
 use super::tlsf::{TlsfIndex, GRANULE};
 
 /// One upstream allocation the heap carves blocks from.
@@ -83,7 +84,7 @@ pub(crate) fn round_to_granule(bytes: u64) -> Option<u64> {
 pub(crate) struct CoalescingHeap {
     pub(super) slab: BlockSlab,
     pub(super) lists: Vec<StreamLists>,
-    pub(super) live: AddrMap,
+    pub(super) live: LiveIndex,
     pub(super) chunks: Vec<Chunk>,
     pub(super) held: u64,
     /// Bytes in live blocks (granule-rounded).
@@ -229,15 +230,14 @@ impl CoalescingHeap {
         let blk = &mut blocks[i];
         blk.owner = LIVE;
         blk.set_requested(requested);
-        let records = blocks.records();
-        live.insert(addr, i, move |j| records[j].addr);
+        live.insert(&mut blocks, addr, i);
         *live_bytes += size;
         Some(addr)
     }
 
     /// Whether a live block starts at `addr`.
     pub(crate) fn is_live(&self, addr: u64) -> bool {
-        self.live.get(addr, |j| self.slab.get(j).addr).is_some()
+        self.live.get(self.slab.records(), addr).is_some()
     }
 
     /// Another stream's slot holding a block of at least `size` bytes, if any.
@@ -494,16 +494,12 @@ impl CoalescingHeap {
             ..
         } = self;
         let mut blocks = slab.view();
-        let records = blocks.records();
-        let i = live
-            .remove(addr, move |j| records[j].addr)
-            .ok_or(FreeError::NotLive)?;
+        let i = live.remove(&mut blocks, addr).ok_or(FreeError::NotLive)?;
         let b = &blocks[i];
         if b.requested() != requested {
-            // The rare refusal pays for the common case's single probe.
+            // The rare refusal pays for the common case's single search.
             let allocated = b.requested();
-            let records = blocks.records();
-            live.insert(addr, i, move |j| records[j].addr);
+            live.insert(&mut blocks, addr, i);
             return Err(FreeError::WrongSize { allocated });
         }
         let size = b.size;
@@ -625,7 +621,7 @@ impl CoalescingHeap {
                 } else {
                     live += 1;
                     live_bytes += b.size;
-                    if self.live.get(b.addr, |j| blocks[j].addr) != Some(i) {
+                    if self.live.get(blocks, b.addr) != Some(i) {
                         return Err(format!("live block at {:#x} not in the map", b.addr));
                     }
                 }
@@ -644,6 +640,14 @@ impl CoalescingHeap {
                 self.live.len(),
                 self.held,
                 self.live_bytes
+            ));
+        }
+        let indexed = self.live.records_indexed(blocks);
+        if indexed.len() != self.live.len() || indexed.iter().any(|&j| blocks[j].is_free()) {
+            return Err(format!(
+                "the live index chains {} records, counts {}, or chains a free one",
+                indexed.len(),
+                self.live.len()
             ));
         }
         let mut filed = Vec::new();
@@ -833,7 +837,7 @@ mod tests {
                 let (p, _) = live.swap_remove(rng.below(live.len() as u64) as usize);
                 let req = h
                     .live
-                    .get(p, |j| h.slab.get(j).addr)
+                    .get(h.slab.records(), p)
                     .map(|i| h.slab.get(i).requested())
                     .unwrap();
                 h.deallocate(p, req, slot).unwrap();

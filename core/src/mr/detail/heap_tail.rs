@@ -77,8 +77,7 @@ impl CoalescingHeap {
         let blk = self.slab.get_mut(w);
         blk.owner = LIVE;
         blk.set_requested(requested);
-        let slab = &self.slab;
-        self.live.insert(b.addr, w, |j| slab.get(j).addr);
+        self.live.insert(&mut self.slab.view(), b.addr, w);
         self.live_bytes += size;
         Some(b.addr)
     }

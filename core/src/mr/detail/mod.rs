@@ -1,7 +1,8 @@
 //! Algorithms the resources share. Private to the crate: the resources are the API.
 //!
-//! - [`addr_map`]: live pointer → block index, an open-addressing hash table.
+//! - [`addr_map`]: address → record index, an open-addressing hash table.
 //! - [`block`]: host-side records of device memory blocks, in a slab.
+//! - [`live_index`]: the heap's live blocks by address, chained through their records.
 //! - [`masked`]: a power-of-two table indexed with a mask instead of a bounds check.
 //! - [`context_scope`]: the resource's own context current for a slow path's driver calls.
 //! - [`tlsf`]: two-level segregated fit free lists with constant-time search.
@@ -18,6 +19,7 @@ pub(crate) mod context_scope;
 pub(crate) mod growth;
 pub(crate) mod heap;
 pub(crate) mod heap_tail;
+pub(crate) mod live_index;
 pub(crate) mod masked;
 pub(crate) mod segment;
 pub(crate) mod source;
