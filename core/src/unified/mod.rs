@@ -47,6 +47,8 @@ pub use enable::{
 pub use error::UnifiedError;
 pub use hints::Placement;
 pub use manager::UnifiedManager;
-pub use options::{CachingManagedOptions, GiveBack, ManagedLimit, MANAGED_FREE_FRACTION};
+pub use options::{
+    CachingManagedOptions, GiveBack, ManagedLimit, MANAGED_FREE_FRACTION, MAX_ROUNDING,
+};
 pub use stats::CachingStats;
 pub use to_options::ToOptions;

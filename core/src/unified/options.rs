@@ -46,6 +46,9 @@ pub enum GiveBack {
     Displaced,
 }
 
+/// The largest rounding [`CachingManagedOptions::validate`] accepts: 1 TiB.
+pub const MAX_ROUNDING: u64 = 1 << 40;
+
 /// The sizing of a `CachingManagedAllocator`.
 ///
 /// # Examples
@@ -173,11 +176,15 @@ impl CachingManagedOptions {
                 "give a power of two of at least 256 bytes (the alignment of every block)",
             );
         }
-        if !self.large_rounding.is_power_of_two() || self.large_rounding < self.min_block {
+        // A live block keeps its rounding (size less bytes asked) in 48 bits.
+        if !self.large_rounding.is_power_of_two()
+            || self.large_rounding < self.min_block
+            || self.large_rounding > MAX_ROUNDING
+        {
             return bad(
                 "CachingManagedOptions.large_rounding",
                 self.large_rounding.to_string(),
-                "give a power of two of at least min_block",
+                "give a power of two of at least min_block and at most 1 TiB",
             );
         }
         if self.small_size == 0 || self.small_segment < self.small_size {
@@ -234,6 +241,15 @@ mod tests {
             .validate()
             .unwrap_err();
         assert!(e.to_string().contains("min_block"), "{e}");
+        let e = CachingManagedOptions::default()
+            .large_rounding(MAX_ROUNDING * 2)
+            .validate()
+            .unwrap_err();
+        assert!(e.to_string().contains("at most 1 TiB"), "{e}");
+        assert!(CachingManagedOptions::default()
+            .large_rounding(MAX_ROUNDING)
+            .validate()
+            .is_ok());
         let e = CachingManagedOptions::default()
             .limit(ManagedLimit::FractionOfFree(1.5))
             .validate()

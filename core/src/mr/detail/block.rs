@@ -59,8 +59,9 @@ impl Block {
     }
 
     /// Records the bytes asked for, as the block goes live at its final size. Callers round
-    /// a request up to a granule or a size class of at most megabytes, so `bytes` is at most
-    /// the size and the pad below [`PAD_LIMIT`].
+    /// a request up by less than a granule (the pools) or than
+    /// [`crate::unified::MAX_ROUNDING`] (the managed allocator's checked options), so `bytes`
+    /// is at most the size and the pad below [`PAD_LIMIT`].
     #[inline]
     pub(crate) fn set_requested(&mut self, bytes: u64) {
         let pad = self.size - bytes;
