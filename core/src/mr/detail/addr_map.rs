@@ -6,8 +6,8 @@
 //! that hold the key themselves (a block's address, a chunk's base), so the table stores no
 //! keys: each operation takes the caller's `key_of(value)` and compares the key there. A free
 //! reads the block's record next anyway, so the comparison costs no extra cache line, and a
-//! slot is 5 bytes instead of 13: the table of W3's thousand live blocks is 16 KiB, not 64, and
-//! stays in the L1 cache beside the blocks' records (its lines were a quarter of the pool's L1
+//! slot is 5 bytes instead of 13 (when the pool's heap still used this table, W3's thousand
+//! live blocks took 16 KiB of it, not 64, and its lines had been a quarter of the pool's L1
 //! misses on W3 by cachegrind).
 //!
 //! Slots come in groups of eight on one cache line, each with a one-byte tag (empty, or seven
