@@ -101,7 +101,8 @@ impl LiveIndex {
         self.remove_later(blocks, first, addr)
     }
 
-    /// [`Self::remove`] past a bucket's first block (one search in ten, or a bad pointer).
+    /// [`Self::remove`] past a bucket's first block (one search in five on W3, or a bad
+    /// pointer).
     #[inline(never)]
     fn remove_later(&mut self, blocks: &mut Blocks<'_>, first: u32, addr: u64) -> Option<u32> {
         let mut prev = first;
