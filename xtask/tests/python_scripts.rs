@@ -111,3 +111,54 @@ fn the_report_summarizes_the_rounds_median_against_median() {
     );
     assert!(json.contains("\"rounds\""), "{json}");
 }
+
+#[test]
+fn the_cost_model_is_compared_only_where_it_times_every_operation() {
+    if !python3() {
+        eprintln!("skipped: python3 is not installed");
+        return;
+    }
+    let hardware = Path::new(env!("CARGO_MANIFEST_DIR")).join("hardware");
+    let dir = std::env::temp_dir().join(format!("emm-costs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let line = |r: &str, w: &str, ns: f64, key: &str| {
+        format!(
+            "{{\"resource\":\"{r}\",\"workload\":\"{w}\",\"ops\":1,\"{key}\":{ns},\
+             \"peak_held_bytes\":1,\"peak_live_bytes\":1}}\n"
+        )
+    };
+    let measured = line("cuda", "W1", 7000.0, "ns_per_op") + &line("pool", "W1", 40.0, "ns_per_op");
+    let predicted = line("cuda", "W1", 4200.0, "virtual_ns_per_op")
+        + &line("pool", "W1", 0.2, "virtual_ns_per_op");
+    std::fs::write(dir.join("bench-emm.jsonl"), measured).unwrap();
+    std::fs::write(dir.join("bench-sim.jsonl"), predicted).unwrap();
+    succeeds(
+        Command::new("python3")
+            .arg(hardware.join("report.py"))
+            .arg(&dir),
+    );
+    let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    // A pool-only run: nothing to compare, said so.
+    std::fs::write(
+        dir.join("bench-emm.jsonl"),
+        line("pool", "W1", 40.0, "ns_per_op"),
+    )
+    .unwrap();
+    succeeds(
+        Command::new("python3")
+            .arg(hardware.join("report.py"))
+            .arg(&dir),
+    );
+    let pool_only = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(md.contains("| cuda | W1 | 4200 | 7000 | 0.60 |"), "{md}");
+    assert!(
+        !md.contains("| pool | W1 | 0 |"),
+        "a pool's host time is not modelled: {md}"
+    );
+    assert!(
+        md.contains("driver time alone): pool."),
+        "{md}"
+    );
+    assert!(pool_only.contains("None of them ran here"), "{pool_only}");
+}
