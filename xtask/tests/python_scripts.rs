@@ -156,9 +156,6 @@ fn the_cost_model_is_compared_only_where_it_times_every_operation() {
         !md.contains("| pool | W1 | 0 |"),
         "a pool's host time is not modelled: {md}"
     );
-    assert!(
-        md.contains("driver time alone): pool."),
-        "{md}"
-    );
+    assert!(md.contains("driver time alone): pool."), "{md}");
     assert!(pool_only.contains("None of them ran here"), "{pool_only}");
 }
