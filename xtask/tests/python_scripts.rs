@@ -18,6 +18,12 @@ fn succeeds(cmd: &mut Command) {
     );
 }
 
+/// Runs the bundle's `report.py` over the results folder `dir`.
+fn report(dir: &Path) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("hardware/report.py");
+    succeeds(Command::new("python3").arg(script).arg(dir));
+}
+
 fn python3() -> bool {
     Command::new("python3")
         .arg("--version")
@@ -53,7 +59,6 @@ fn the_report_summarizes_the_rounds_median_against_median() {
         eprintln!("skipped: python3 is not installed");
         return;
     }
-    let hardware = Path::new(env!("CARGO_MANIFEST_DIR")).join("hardware");
     // Three rounds: emm's JSON lines, the peers' RESULT lines, a failed peer run and a line
     // of noise (both left out).
     let dir = std::env::temp_dir().join(format!("emm-rounds-{}", std::process::id()));
@@ -79,11 +84,7 @@ fn the_report_summarizes_the_rounds_median_against_median() {
         rounds += &format!("ROUND {i} not a result\n");
     }
     std::fs::write(dir.join("rounds.txt"), rounds).unwrap();
-    succeeds(
-        Command::new("python3")
-            .arg(hardware.join("report.py"))
-            .arg(&dir),
-    );
+    report(&dir);
     let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
     let json = std::fs::read_to_string(dir.join("report.json")).unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
@@ -118,7 +119,6 @@ fn the_cost_model_is_compared_only_where_it_times_every_operation() {
         eprintln!("skipped: python3 is not installed");
         return;
     }
-    let hardware = Path::new(env!("CARGO_MANIFEST_DIR")).join("hardware");
     let dir = std::env::temp_dir().join(format!("emm-costs-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let line = |r: &str, w: &str, ns: f64, key: &str| {
@@ -132,11 +132,7 @@ fn the_cost_model_is_compared_only_where_it_times_every_operation() {
         + &line("pool", "W1", 0.2, "virtual_ns_per_op");
     std::fs::write(dir.join("bench-emm.jsonl"), measured).unwrap();
     std::fs::write(dir.join("bench-sim.jsonl"), predicted).unwrap();
-    succeeds(
-        Command::new("python3")
-            .arg(hardware.join("report.py"))
-            .arg(&dir),
-    );
+    report(&dir);
     let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
     // A pool-only run: nothing to compare, said so.
     std::fs::write(
@@ -144,11 +140,7 @@ fn the_cost_model_is_compared_only_where_it_times_every_operation() {
         line("pool", "W1", 40.0, "ns_per_op"),
     )
     .unwrap();
-    succeeds(
-        Command::new("python3")
-            .arg(hardware.join("report.py"))
-            .arg(&dir),
-    );
+    report(&dir);
     let pool_only = std::fs::read_to_string(dir.join("report.md")).unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
     assert!(md.contains("| cuda | W1 | 4200 | 7000 | 0.60 |"), "{md}");
