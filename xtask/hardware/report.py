@@ -177,9 +177,10 @@ if cells:
     for n in [n for n in names if n.startswith("emm ")]:
         ratios = []
         for w in wls:
-            best = min((med[(p, w)], p) for p in peers_only if (p, w) in med) if any((p, w) in med for p in peers_only) else None
-            if best and (n, w) in med:
-                ratios.append(f"{w} {best[0] / med[(n, w)]:.1f}× ({best[1]})")
+            peer_meds = [(med[(p, w)], p) for p in peers_only if (p, w) in med]
+            if peer_meds and (n, w) in med:
+                best, peer = min(peer_meds)
+                ratios.append(f"{w} {best / med[(n, w)]:.1f}× ({peer})")
         if ratios:
             out += ["", f"{n} against the best peer, median against median: " + ", ".join(ratios) + "."]
 python_summary = os.path.join(res, "python", "summary.md")
