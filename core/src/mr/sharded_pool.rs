@@ -64,6 +64,7 @@ use std::cell::Cell;
 
 use crate::attribution::CallerScope;
 use crate::driver::{ContextId, DevicePtr, Driver, MemInfo, StreamId};
+use crate::mr::detail::block::MAX_CHUNK;
 use crate::mr::detail::context_scope::ContextScope;
 use crate::mr::detail::growth::TRIM_ABOVE_LIVE;
 use crate::mr::detail::heap::{round_to_granule, Chunk, CoalescingHeap, FreeError};
@@ -118,9 +119,17 @@ const STEAL_DIVISOR: u64 = 8;
 /// `cuMemAlloc`/`cuMemFree` calls per 1 000 against 0.24–0.44, and held 1.17–1.20 × peak live
 /// against 1.18–1.21 (one thread: 1.127 against 1.180).
 fn grow_chunk(size: u64, live: u64) -> Option<u64> {
+    if size > MAX_CHUNK {
+        return None;
+    }
     if size > GROW_MAX {
         let large = (live / LARGE_GROW_DIVISOR).min(LARGE_GROW_TIMES.saturating_mul(size));
-        return size.max(large).checked_next_power_of_two();
+        // A heap's block is below 1 TiB: clamped, still at least `size`.
+        let pow2 = size
+            .max(large)
+            .checked_next_power_of_two()
+            .unwrap_or(u64::MAX);
+        return Some(pow2.min(MAX_CHUNK));
     }
     shard_chunk(size.max((live / GROW_DIVISOR).clamp(SHARD_CHUNK, GROW_MAX)))
 }

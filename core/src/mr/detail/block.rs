@@ -3,8 +3,9 @@
 //! Device memory cannot hold allocator metadata (the host cannot touch it), so every block —
 //! free or live — is a record in a slab on the host, linked to its physical neighbours inside
 //! its upstream chunk (for coalescing) and, while free, to the other blocks of its size class
-//! (for the segregated free lists of [`super::tlsf::TlsfIndex`]). Indices are `u32`, so a
-//! record is 40 bytes and a slab of a million blocks is 40 MB.
+//! (for the segregated free lists of [`super::tlsf::TlsfIndex`]). Links are `u32` record
+//! numbers and sizes `u32` granules, so a record is 32 bytes and a slab of a million blocks is
+//! 32 MB.
 
 use super::masked::Masked;
 
@@ -16,15 +17,23 @@ use super::masked::Masked;
 pub(crate) const NIL: u32 = 0;
 
 /// The owner of a live block (free blocks name the stream slot whose lists hold them).
-pub(crate) const LIVE: u32 = u32::MAX;
+pub(crate) const LIVE: u16 = u16::MAX;
 
 /// One block of device memory: free (in a free list) or live (handed out).
+///
+/// 32 bytes, so that two records share a cache line and none straddles two (at 40 bytes half
+/// of them did), and records are numbered so that the number is the byte offset over 8
+/// ([`STEP`]). Against 40-byte records by index: 254.3 / 239.7 → 247.1 / 232.8 instructions
+/// an op and 2.09 → 1.72 L1 misses an op on W3 (cachegrind, W1 / W3); on the lent H100, 54.5
+/// / 50.1 / 51.7 → 49.7 / 48.6 / 48.0 ns an op on W1 / W2 / W3 (medians of twelve processes,
+/// interleaved; `docs/results/2026-11-25-h100-s13`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Block {
     /// First address.
     pub addr: u64,
-    /// Size in bytes (a multiple of the granule).
-    pub size: u64,
+    /// Size in granules ([`super::tlsf::GRANULE`]): a block is below 1 TiB
+    /// ([`MAX_BLOCK`]).
+    pub units: u32,
     /// The block just below in the same chunk, or [`NIL`] at the chunk's start.
     pub prev_phys: u32,
     /// The block just above in the same chunk, or [`NIL`] at the chunk's end.
@@ -36,26 +45,47 @@ pub(crate) struct Block {
     /// [`super::live_index::LiveIndex`]; while vacant, the next vacant record.
     pub next_free: u32,
     /// While free, the stream slot whose lists hold it; [`LIVE`] while handed out.
-    pub owner: u32,
+    pub owner: u16,
     /// While filed in a free list, that list's index (its size class), so unlinking it does
-    /// not compute the class again; while live, the high 16 bits of its pad. Fits in the
-    /// record's padding.
+    /// not compute the class again; while live, the high 16 bits of its pad.
     pub class: u16,
 }
 
-// Five records fit in 200 bytes; `Block::requested` shares the fields a free block uses.
-const _: () = assert!(std::mem::size_of::<Block>() == 40);
+const _: () = assert!(std::mem::size_of::<Block>() == 32);
+
+/// log2 of the granule.
+pub(crate) const GRANULE_SHIFT: u32 = 8;
+
+/// The largest block, in bytes: 2^32 − 1 granules, just under 1 TiB. Chunks and segments are
+/// kept below it.
+pub(crate) const MAX_BLOCK: u64 = (u32::MAX as u64) << GRANULE_SHIFT;
+
+/// The largest chunk or segment a heap is given: [`MAX_BLOCK`] rounded down to a GiB, so that
+/// rounding to any upstream granularity up to a GiB keeps it a valid block.
+pub(crate) const MAX_CHUNK: u64 = 1023 << 30;
 
 /// A live block's pad (its size less the bytes asked for) is below this: 48 bits are kept.
 pub(crate) const PAD_LIMIT: u64 = 1 << 48;
 
 impl Block {
+    /// Size in bytes.
+    #[inline(always)]
+    pub(crate) fn size(&self) -> u64 {
+        u64::from(self.units) << GRANULE_SHIFT
+    }
+
+    /// Sets the size to `bytes`, a granule multiple of at most [`MAX_BLOCK`].
+    #[inline(always)]
+    pub(crate) fn set_size(&mut self, bytes: u64) {
+        debug_assert!(bytes <= MAX_BLOCK && bytes % (1 << GRANULE_SHIFT) == 0);
+        self.units = (bytes >> GRANULE_SHIFT) as u32;
+    }
+
     /// While live: the bytes the caller asked for, checked on free. Kept as the pad below the
-    /// block's size, in `prev_free` and `class`, which only a free block uses: so a record is
-    /// 40 bytes, not 48 (W3's records fill fewer cache lines).
+    /// block's size, in `prev_free` and `class`, which only a free block uses.
     #[inline]
     pub(crate) fn requested(&self) -> u64 {
-        self.size - (u64::from(self.prev_free) | u64::from(self.class) << 32)
+        self.size() - (u64::from(self.prev_free) | u64::from(self.class) << 32)
     }
 
     /// Records the bytes asked for, as the block goes live at its final size. Callers round
@@ -64,11 +94,11 @@ impl Block {
     /// is at most the size and the pad below [`PAD_LIMIT`].
     #[inline]
     pub(crate) fn set_requested(&mut self, bytes: u64) {
-        let pad = self.size - bytes;
+        let pad = self.size() - bytes;
         debug_assert!(
-            bytes <= self.size && pad < PAD_LIMIT,
+            bytes <= self.size() && pad < PAD_LIMIT,
             "{bytes} in {}",
-            self.size
+            self.size()
         );
         self.prev_free = pad as u32;
         self.class = (pad >> 32) as u16;
@@ -81,11 +111,16 @@ impl Block {
     }
 }
 
-/// The record at index [`NIL`]: its links take writes that fall through empty lists and chunk
-/// ends; its size is 0 and its owner [`LIVE`], so no search or merge takes it.
+/// A record's number is its index shifted left by this: the record numbered `n` starts at
+/// byte `8n` of the slab (see [`super::masked`]). Numbers are what the links, the lists and
+/// the live index hold.
+pub(crate) const STEP: u32 = 2;
+
+/// The record numbered [`NIL`] (index 0): its links take writes that fall through empty lists
+/// and chunk ends; its size is 0 and its owner [`LIVE`], so no search or merge takes it.
 pub(crate) const SENTINEL: Block = Block {
     addr: 0,
-    size: 0,
+    units: 0,
     prev_phys: NIL,
     next_phys: NIL,
     prev_free: NIL,
@@ -94,11 +129,11 @@ pub(crate) const SENTINEL: Block = Block {
     class: 0,
 };
 
-/// A slab of [`Block`] records; index [`NIL`] is the sentinel.
+/// A slab of [`Block`] records; number [`NIL`] is the sentinel.
 ///
-/// Its length is always a power of two and every index is masked with the length minus one
-/// (which changes no index the heap holds), so a view of the records ([`Blocks`]) reads and
-/// writes with no bounds check and still never outside the slab: the checks and the reloads
+/// Its length is always a power of two and every record number is masked with the length
+/// minus one shifted by [`STEP`] (which changes no number the heap holds), so a view of the
+/// records ([`Blocks`]) reads and writes with no bounds check and still never outside the slab: the checks and the reloads
 /// of the slab's base and length around them were about a tenth of the pool's instructions
 /// (callgrind, W3). Vacant records are chained through `next_free` (no side stack to grow on
 /// the hot path), and the slab grows only through [`BlockSlab::reserve`], before a caller
@@ -137,15 +172,18 @@ impl BlockSlab {
     #[cold]
     fn grow(&mut self) {
         let old = self.blocks.len();
-        // The slab stays far below 2^32 records: each block is at least one granule of
-        // device memory, and no device has 2^40 bytes.
+        // The slab stays far below 2^30 records (32 GiB of them): each block is at least
+        // one granule of device memory, and no device has 2^38 bytes.
         let new = (old * 2).max(16);
-        assert!(new - 1 <= u32::MAX as usize, "block slab past 2^32 records");
+        assert!(
+            (new - 1) << STEP <= u32::MAX as usize,
+            "block slab past 2^30 records"
+        );
         self.blocks.resize(new, SENTINEL);
         // Chain the new records, lowest first.
         for i in (old..new).rev() {
             self.blocks[i].next_free = self.vacant;
-            self.vacant = i as u32;
+            self.vacant = (i << STEP) as u32;
         }
     }
 
@@ -166,7 +204,7 @@ impl BlockSlab {
         self.view().remove(i);
     }
 
-    /// The records, to read and write by index, with the vacant chain.
+    /// The records, to read and write by number, with the vacant chain.
     #[inline(always)]
     pub(crate) fn view(&mut self) -> Blocks<'_> {
         #[allow(
@@ -175,7 +213,7 @@ impl BlockSlab {
         )]
         // SAFETY: the slab always holds its sentinel (`default` makes 16 records, `grow`
         // only adds, nothing removes one), so `blocks` is not empty.
-        let records = unsafe { Masked::<&mut [Block]>::new_unchecked(&mut self.blocks) };
+        let records = unsafe { Masked::<&mut [Block], STEP>::new_unchecked(&mut self.blocks) };
         Blocks {
             records,
             vacant: &mut self.vacant,
@@ -185,24 +223,25 @@ impl BlockSlab {
     /// The records, read-only (for the slow paths: the hot path reads through its view).
     #[inline]
     pub(crate) fn records(&self) -> Records<'_> {
-        Records(Masked::<&[Block]>::new(&self.blocks))
+        Records(Masked::<&[Block], STEP>::new(&self.blocks))
     }
 
     /// Record `i`.
     #[inline]
     pub(crate) fn get(&self, i: u32) -> &Block {
-        let mask = self.blocks.len() - 1;
-        &self.blocks[i as usize & mask]
+        self.records().0.get(i as usize)
     }
 
     /// Record `i`, mutably.
     #[inline]
     pub(crate) fn get_mut(&mut self, i: u32) -> &mut Block {
-        let mask = self.blocks.len() - 1;
-        &mut self.blocks[i as usize & mask]
+        // As the masked view reads it: the low bits dropped, the rest masked.
+        let k = (i as usize >> STEP) & (self.blocks.len() - 1);
+        &mut self.blocks[k]
     }
 
-    /// A slab holding `records` at indices 1, 2, … after the sentinel (for tests).
+    /// A slab holding `records` at indices 1, 2, … after the sentinel, numbered
+    /// `number(1)`, `number(2)`, … (for tests).
     #[cfg(test)]
     pub(crate) fn of(records: &[Block]) -> Self {
         let mut slab = BlockSlab::default();
@@ -213,9 +252,9 @@ impl BlockSlab {
     }
 }
 
-/// A slab's records by index (masked: see [`BlockSlab`]), with its vacant chain.
+/// A slab's records by number (masked: see [`BlockSlab`]), with its vacant chain.
 pub(crate) struct Blocks<'a> {
-    records: Masked<&'a mut [Block]>,
+    records: Masked<&'a mut [Block], STEP>,
     vacant: &'a mut u32,
 }
 
@@ -261,9 +300,9 @@ impl std::ops::IndexMut<u32> for Blocks<'_> {
     }
 }
 
-/// A slab's records by index, read-only (masked: see [`BlockSlab`]).
+/// A slab's records by number, read-only (masked: see [`BlockSlab`]).
 #[derive(Clone, Copy)]
-pub(crate) struct Records<'a>(Masked<&'a [Block]>);
+pub(crate) struct Records<'a>(Masked<&'a [Block], STEP>);
 
 impl std::ops::Index<u32> for Records<'_> {
     type Output = Block;
@@ -273,55 +312,92 @@ impl std::ops::Index<u32> for Records<'_> {
     }
 }
 
+/// The number of the record at `index` (for tests).
+#[cfg(test)]
+pub(crate) fn number(index: usize) -> u32 {
+    (index << STEP) as u32
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn sized(size: u64) -> Block {
-        Block { size, ..SENTINEL }
+    fn sized(units: u32) -> Block {
+        Block { units, ..SENTINEL }
     }
 
     #[test]
     fn the_slab_stays_a_power_of_two_and_reuses_vacant_records() {
         let mut slab = BlockSlab::default();
-        let ids: Vec<u32> = (1..=100u64).map(|k| slab.insert(sized(k))).collect();
+        let ids: Vec<u32> = (1..=100u32).map(|k| slab.insert(sized(k))).collect();
         // Index 0 is the sentinel; records are handed out lowest first.
-        assert_eq!(ids, (1..=100u32).collect::<Vec<_>>());
+        assert_eq!(ids, (1..=100).map(number).collect::<Vec<_>>());
         assert!(slab.blocks.len().is_power_of_two() && slab.blocks.len() > 100);
-        for &i in &ids {
-            assert_eq!(slab.get(i).size, u64::from(i));
+        for (k, &i) in ids.iter().enumerate() {
+            assert_eq!(slab.get(i).units, k as u32 + 1);
         }
         // A removed record is the next one handed out; the others keep their contents.
-        slab.remove(40);
-        slab.remove(7);
-        assert_eq!(slab.insert(sized(1000)), 7);
-        assert_eq!(slab.insert(sized(1001)), 40);
-        assert_eq!(slab.get(8).size, 8);
-        assert_eq!(slab.records()[40].size, 1001);
+        slab.remove(number(40));
+        slab.remove(number(7));
+        assert_eq!(slab.insert(sized(1000)), number(7));
+        assert_eq!(slab.insert(sized(1001)), number(40));
+        assert_eq!(slab.get(number(8)).units, 8);
+        assert_eq!(slab.records()[number(40)].units, 1001);
+        assert_eq!(slab.records()[number(40)].size(), 1001 * 256);
         let len = slab.blocks.len();
         // Growing keeps every record where it was.
         while slab.blocks.len() == len {
             slab.insert(sized(1));
         }
         assert!(slab.blocks.len() == 2 * len);
-        assert_eq!((slab.get(7).size, slab.get(100).size), (1000, 100));
+        assert_eq!(
+            (slab.get(number(7)).units, slab.get(number(100)).units),
+            (1000, 100)
+        );
         assert_eq!(*slab.get(NIL), SENTINEL, "the sentinel took no record");
     }
 
     #[test]
-    fn a_view_reads_and_writes_the_records_it_indexes() {
-        let mut slab = BlockSlab::of(&[sized(256), sized(512)]);
+    fn a_view_reads_and_writes_the_records_it_numbers() {
+        let mut slab = BlockSlab::of(&[sized(1), sized(2)]);
         slab.reserve();
         let mut blocks = slab.view();
-        blocks[2].next_phys = 1;
-        let k = blocks.insert(sized(768));
-        assert_eq!(blocks.records()[k].size, 768);
-        blocks.remove(1);
-        assert_eq!((blocks[2].next_phys, blocks[2].size), (1, 512));
+        blocks[number(2)].next_phys = number(1);
+        let k = blocks.insert(sized(3));
+        assert_eq!(blocks.records()[k].size(), 768);
+        blocks.remove(number(1));
         assert_eq!(
-            slab.insert(sized(1024)),
-            1,
+            (blocks[number(2)].next_phys, blocks[number(2)].size()),
+            (number(1), 512)
+        );
+        assert_eq!(
+            slab.insert(sized(4)),
+            number(1),
             "the view's removal is the slab's"
         );
+        // Any number names a record of the slab: the low bits and those past its length are
+        // masked off, on the hot path's view and on the slow paths' lookups alike.
+        let len = slab.blocks.len();
+        let far = number(2) | 3 | (len << STEP) as u32;
+        assert_eq!(slab.get(far).units, 2);
+        assert_eq!(slab.records()[far].units, 2);
+        assert_eq!(slab.view()[far].units, 2);
+        slab.get_mut(far).units = 9;
+        assert_eq!(slab.get(number(2)).units, 9);
+    }
+
+    #[test]
+    fn a_record_is_32_bytes_and_keeps_a_pad_as_wide_as_its_size() {
+        assert_eq!(std::mem::size_of::<Block>(), 32);
+        let mut b = Block {
+            units: u32::MAX,
+            ..SENTINEL
+        };
+        assert_eq!(b.size(), MAX_BLOCK);
+        // A pad of 40 bits: past `prev_free`, into `class`.
+        b.set_requested(1);
+        assert_eq!((b.requested(), b.class), (1, 0xff));
+        b.set_size(MAX_CHUNK);
+        assert_eq!(b.size(), MAX_CHUNK);
     }
 }

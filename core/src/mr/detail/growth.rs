@@ -1,5 +1,6 @@
 //! How much a pool asks its upstream for when no free block fits.
 
+use crate::mr::detail::block::MAX_CHUNK;
 use crate::mr::pool_options::Growth;
 
 /// Upstream chunks are a multiple of this: the driver's own large-page granularity, so a chunk
@@ -26,7 +27,12 @@ pub(crate) fn chunk_size(growth: Growth, size: u64, held: u64) -> Option<u64> {
         Growth::Fraction { divisor } => size.max(held / divisor.max(1)),
         Growth::Fixed { bytes } => size.max(bytes),
     };
-    Some(want.checked_add(CHUNK_GRANULARITY - 1)? & !(CHUNK_GRANULARITY - 1))
+    if size > MAX_CHUNK {
+        return None;
+    }
+    // A heap's block is below 1 TiB: a larger chunk is clamped (it still holds `size`).
+    let rounded = want.checked_add(CHUNK_GRANULARITY - 1)? & !(CHUNK_GRANULARITY - 1);
+    Some(rounded.min(MAX_CHUNK))
 }
 
 #[cfg(test)]
@@ -47,6 +53,13 @@ mod tests {
             Some(100 * MIB)
         );
         assert_eq!(chunk_size(Growth::Exact, u64::MAX - 5, 0), None);
+        assert_eq!(chunk_size(Growth::Exact, MAX_CHUNK + 1, 0), None);
+        assert_eq!(chunk_size(Growth::Exact, MAX_CHUNK, 0), Some(MAX_CHUNK));
+        assert_eq!(
+            chunk_size(Growth::Fraction { divisor: 2 }, MIB, 4 * MAX_CHUNK),
+            Some(MAX_CHUNK),
+            "clamped"
+        );
         assert!(should_trim(200, 100, 100, 100));
         assert!(!should_trim(100, 100, 100, 100));
     }

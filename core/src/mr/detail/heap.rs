@@ -19,9 +19,12 @@
 use crate::driver::StreamId;
 
 use super::addr_map::AddrMap;
-use super::block::{Block, BlockSlab, Blocks, LIVE, NIL};
+use super::block::{Block, BlockSlab, Blocks, GRANULE_SHIFT, LIVE, MAX_BLOCK, NIL};
 use super::live_index::LiveIndex;
 use super::tlsf::{TlsfIndex, GRANULE};
+
+/// Stream slots a heap keeps: a block's owner is 16 bits, and [`LIVE`] is not a slot.
+pub(crate) const MAX_SLOTS: usize = LIVE as usize;
 
 /// One upstream allocation the heap carves blocks from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -163,13 +166,29 @@ impl CoalescingHeap {
         }
     }
 
+    /// A slot for a stream not seen yet. Past [`MAX_SLOTS`] (a block record keeps its owner
+    /// in 16 bits) it takes over a slot holding no free block: nothing of the old stream's is
+    /// in it, so nothing needs ordering.
+    ///
+    /// # Panics
+    ///
+    /// When [`MAX_SLOTS`] streams each hold free blocks in this heap (over half a gigabyte of
+    /// free lists on the host; adoption by other streams empties slots long before).
     #[cold]
     fn new_slot(&mut self, stream: StreamId) -> usize {
-        self.lists.push(StreamLists {
-            stream,
-            index: TlsfIndex::default(),
-        });
-        self.lists.len() - 1
+        if self.lists.len() < MAX_SLOTS {
+            self.lists.push(StreamLists {
+                stream,
+                index: TlsfIndex::default(),
+            });
+            return self.lists.len() - 1;
+        }
+        let wild = self.wild.map(|w| usize::from(self.slab.get(w).owner));
+        let slot = (0..self.lists.len())
+            .find(|&s| self.lists[s].index.is_empty() && wild != Some(s))
+            .expect("a heap's streams hold free blocks in at most 65 535 lists at once");
+        self.lists[slot].stream = stream;
+        slot
     }
 
     /// The stream of `slot`.
@@ -205,26 +224,28 @@ impl CoalescingHeap {
         index.remove(&mut blocks, i);
         let Block {
             addr,
-            size: found,
+            units: found,
             next_phys,
             ..
         } = blocks[i];
-        if found > size {
+        // The block found holds `size`, so `size` is below `MAX_BLOCK` and its units fit.
+        let units = (size >> GRANULE_SHIFT) as u32;
+        if found > units {
             let rest = blocks.insert(Block {
                 addr: addr + size,
-                size: found - size,
+                units: found - units,
                 prev_phys: i,
                 next_phys,
                 prev_free: NIL,
                 next_free: NIL,
-                owner: slot as u32,
+                owner: slot as u16,
                 class: 0,
             });
             // The sentinel's link at a chunk's end.
             blocks[next_phys].prev_phys = rest;
             let blk = &mut blocks[i];
             blk.next_phys = rest;
-            blk.size = size;
+            blk.units = units;
             index.insert(&mut blocks, rest);
         }
         let blk = &mut blocks[i];
@@ -262,7 +283,7 @@ impl CoalescingHeap {
     pub(crate) fn adopt(&mut self, to: usize, from: usize) {
         if self
             .wild
-            .is_some_and(|w| self.slab.get(w).owner == from as u32)
+            .is_some_and(|w| usize::from(self.slab.get(w).owner) == from)
         {
             self.take_wild(to);
         }
@@ -329,15 +350,20 @@ impl CoalescingHeap {
     ///
     /// O(1) amortized.
     pub(crate) fn add_chunk(&mut self, slot: usize, base: u64, size: u64) {
+        // Its owner keeps chunks to `MAX_CHUNK` (`growth::chunk_size`, the segment's reserve).
         debug_assert!(size >= GRANULE && size % GRANULE == 0 && base % GRANULE == 0);
+        debug_assert!(
+            size <= MAX_BLOCK,
+            "a chunk of {size} bytes is past a block's limit"
+        );
         let i = self.slab.insert(Block {
             addr: base,
-            size,
+            units: (size >> GRANULE_SHIFT) as u32,
             prev_phys: NIL,
             next_phys: NIL,
             prev_free: NIL,
             next_free: NIL,
-            owner: slot as u32,
+            owner: slot as u16,
             class: 0,
         });
         if self.wilderness {
@@ -405,7 +431,7 @@ impl CoalescingHeap {
     /// the chunk), else `None`.
     fn free_slot_of(&self, c: &Chunk) -> Option<usize> {
         let b = self.slab.get(c.first);
-        (b.is_free() && b.size == c.size).then_some(b.owner as usize)
+        (b.is_free() && b.size() == c.size).then_some(usize::from(b.owner))
     }
 
     /// Removes chunk `k` when it is wholly free, and returns it with the stream whose lists
@@ -502,7 +528,7 @@ impl CoalescingHeap {
             live.insert(&mut blocks, addr, i);
             return Err(FreeError::WrongSize { allocated });
         }
-        let size = b.size;
+        let size = b.size();
         *live_bytes -= size;
         let merged = file_free(
             &mut blocks,
@@ -611,7 +637,7 @@ impl CoalescingHeap {
             let mut prev = NIL;
             while i != NIL {
                 let b = &blocks[i];
-                if b.addr != addr || b.prev_phys != prev || b.size == 0 {
+                if b.addr != addr || b.prev_phys != prev || b.units == 0 {
                     return Err(format!("chunk {:#x}: block {i} breaks the tiling", c.base));
                 }
                 if b.is_free() {
@@ -620,12 +646,12 @@ impl CoalescingHeap {
                     }
                 } else {
                     live += 1;
-                    live_bytes += b.size;
+                    live_bytes += b.size();
                     if self.live.get(blocks, b.addr) != Some(i) {
                         return Err(format!("live block at {:#x} not in the map", b.addr));
                     }
                 }
-                addr += b.size;
+                addr += b.size();
                 prev = i;
                 i = b.next_phys;
             }
@@ -656,7 +682,7 @@ impl CoalescingHeap {
             l.index.collect(blocks, &mut filed);
             if filed[start..]
                 .iter()
-                .any(|&i| blocks[i].owner != slot as u32)
+                .any(|&i| usize::from(blocks[i].owner) != slot)
             {
                 return Err(format!("slot {slot} files a block it does not own"));
             }
@@ -705,7 +731,7 @@ fn file_free(
     slot: usize,
     mut i: u32,
 ) -> u32 {
-    let owner = slot as u32;
+    let owner = slot as u16;
     let (prev, next) = {
         let b = &mut blocks[i];
         b.owner = owner;
@@ -738,10 +764,10 @@ fn file_free(
 #[inline(always)]
 fn absorb_next(blocks: &mut Blocks<'_>, lo: u32, hi: u32) {
     let Block {
-        size, next_phys, ..
+        units, next_phys, ..
     } = blocks[hi];
     let b = &mut blocks[lo];
-    b.size += size;
+    b.units += units;
     b.next_phys = next_phys;
     blocks[next_phys].prev_phys = lo;
     blocks.remove(hi);

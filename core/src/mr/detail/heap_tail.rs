@@ -27,7 +27,7 @@ impl CoalescingHeap {
     /// O(1).
     pub(crate) fn wild(&self) -> Option<(u64, u64, usize)> {
         let b = self.slab.get(self.wild?);
-        Some((b.addr, b.size, b.owner as usize))
+        Some((b.addr, b.size(), usize::from(b.owner)))
     }
 
     /// Gives the wilderness to `slot` (the caller ordered `slot`'s stream after its owner's)
@@ -36,10 +36,10 @@ impl CoalescingHeap {
         let Some(w) = self.wild else {
             return;
         };
-        self.slab.get_mut(w).owner = slot as u32;
+        self.slab.get_mut(w).owner = slot as u16;
         let prev = self.slab.get(w).prev_phys;
         // The sentinel (NIL) is never free, so it is never merged (as in `file_free`).
-        if self.slab.get(prev).owner == slot as u32 {
+        if usize::from(self.slab.get(prev).owner) == slot {
             self.lists[slot].index.remove(&mut self.slab.view(), prev);
             self.absorb_next(prev, w);
             self.wild = Some(prev);
@@ -55,23 +55,24 @@ impl CoalescingHeap {
     pub(crate) fn allocate_wild(&mut self, slot: usize, size: u64, requested: u64) -> Option<u64> {
         let w = self.wild?;
         let b = *self.slab.get(w);
-        if b.owner != slot as u32 || b.size < size {
+        if usize::from(b.owner) != slot || b.size() < size {
             return None;
         }
         self.wild = None;
-        if b.size > size {
+        if b.size() > size {
             let rest = self.slab.insert(Block {
                 addr: b.addr + size,
-                size: b.size - size,
+                units: 0,
                 prev_phys: w,
                 next_phys: NIL,
                 prev_free: NIL,
                 next_free: NIL,
-                owner: slot as u32,
+                owner: slot as u16,
                 class: 0,
             });
+            self.slab.get_mut(rest).set_size(b.size() - size);
             self.slab.get_mut(w).next_phys = rest;
-            self.slab.get_mut(w).size = size;
+            self.slab.get_mut(w).set_size(size);
             self.wild = Some(rest);
         }
         let blk = self.slab.get_mut(w);
@@ -105,23 +106,24 @@ impl CoalescingHeap {
         debug_assert!(self.wilderness && bytes >= GRANULE && bytes % GRANULE == 0);
         let last = self.last_block();
         let b = *self.slab.get(last);
-        if self.wild == Some(last) && b.owner == slot as u32 {
-            self.slab.get_mut(last).size += bytes;
+        if self.wild == Some(last) && usize::from(b.owner) == slot {
+            self.slab.get_mut(last).set_size(b.size() + bytes);
         } else {
             if self.wild == Some(last) {
-                let owner = b.owner as usize;
+                let owner = usize::from(b.owner);
                 self.lists[owner].index.insert(&mut self.slab.view(), last);
             }
             let i = self.slab.insert(Block {
-                addr: b.addr + b.size,
-                size: bytes,
+                addr: b.addr + b.size(),
+                units: 0,
                 prev_phys: last,
                 next_phys: NIL,
                 prev_free: NIL,
                 next_free: NIL,
-                owner: slot as u32,
+                owner: slot as u16,
                 class: 0,
             });
+            self.slab.get_mut(i).set_size(bytes);
             self.slab.get_mut(last).next_phys = i;
             self.wild = Some(i);
         }
@@ -148,7 +150,7 @@ impl CoalescingHeap {
         let cut = chunk_end - end;
         self.held -= cut;
         if end > b.addr {
-            self.slab.get_mut(w).size = end - b.addr;
+            self.slab.get_mut(w).set_size(end - b.addr);
         } else {
             self.wild = None;
             self.slab.remove(w);

@@ -169,7 +169,7 @@ impl LiveIndex {
 
 #[cfg(test)]
 mod tests {
-    use super::super::block::{Block, BlockSlab, SENTINEL};
+    use super::super::block::{number, Block, BlockSlab, SENTINEL};
     use super::*;
 
     /// A slab with a record at each of `addrs`, in order from index 1.
@@ -178,7 +178,7 @@ mod tests {
             .iter()
             .map(|&addr| Block {
                 addr,
-                size: 256,
+                units: 1,
                 ..SENTINEL
             })
             .collect();
@@ -191,12 +191,12 @@ mod tests {
         let mut slab = slab_at(&addrs);
         let mut index = LiveIndex::default();
         for (k, &a) in addrs.iter().enumerate() {
-            index.insert(&mut slab.view(), a, k as u32 + 1);
+            index.insert(&mut slab.view(), a, number(k + 1));
         }
         assert_eq!(index.len(), 500);
         assert!(index.heads.len() >= 1000, "doubled past half full");
         for (k, &a) in addrs.iter().enumerate() {
-            assert_eq!(index.get(slab.records(), a), Some(k as u32 + 1));
+            assert_eq!(index.get(slab.records(), a), Some(number(k + 1)));
         }
         // A foreign, an interior and a null pointer: not found, nothing changed.
         for bad in [7 << 40, (3 << 20) + 256, 0] {
@@ -205,17 +205,23 @@ mod tests {
         }
         // Remove every other block, from the middle of chains as well as their heads.
         for (k, &a) in addrs.iter().enumerate().step_by(2) {
-            assert_eq!(index.remove(&mut slab.view(), a), Some(k as u32 + 1));
+            assert_eq!(index.remove(&mut slab.view(), a), Some(number(k + 1)));
             assert_eq!(index.remove(&mut slab.view(), a), None, "a double free");
         }
         assert_eq!(index.len(), 250);
         for (k, &a) in addrs.iter().enumerate() {
-            let want = (k % 2 == 1).then_some(k as u32 + 1);
+            let want = (k % 2 == 1).then_some(number(k + 1));
             assert_eq!(index.get(slab.records(), a), want);
         }
         let mut all = index.records_indexed(slab.records());
         all.sort_unstable();
-        assert_eq!(all, (1..=500u32).filter(|i| i % 2 == 0).collect::<Vec<_>>());
+        assert_eq!(
+            all,
+            (1..=500)
+                .filter(|i| i % 2 == 0)
+                .map(number)
+                .collect::<Vec<_>>()
+        );
     }
 
     #[test]
@@ -235,14 +241,14 @@ mod tests {
         let mut slab = slab_at(&addrs);
         let mut index = LiveIndex::default();
         for (k, &a) in addrs.iter().enumerate() {
-            index.insert(&mut slab.view(), a, k as u32 + 1);
+            index.insert(&mut slab.view(), a, number(k + 1));
         }
         assert_eq!(index.heads.len(), 64, "no growth");
         // A bucket's first block in is last in its chain: these removals walk past the head,
         // to its end; each block is found once.
         for (k, &a) in addrs.iter().enumerate() {
-            assert_eq!(index.get(slab.records(), a), Some(k as u32 + 1));
-            assert_eq!(index.remove(&mut slab.view(), a), Some(k as u32 + 1));
+            assert_eq!(index.get(slab.records(), a), Some(number(k + 1)));
+            assert_eq!(index.remove(&mut slab.view(), a), Some(number(k + 1)));
             assert_eq!(index.get(slab.records(), a), None);
         }
         assert_eq!(index.len(), 0);

@@ -3,6 +3,7 @@
 
 use crate::driver::Driver;
 use crate::error::DriverResult;
+use crate::mr::detail::block::MAX_CHUNK;
 use crate::mr::detail::heap::CoalescingHeap;
 use crate::mr::detail::segment::ExpandableSegment;
 use crate::mr::pool_options::Backing;
@@ -50,7 +51,9 @@ impl Source {
         let Ok(info) = driver.mem_get_info() else {
             return;
         };
-        let span = maximum.map_or(info.total, |m| m.min(info.total));
+        let span = maximum
+            .map_or(info.total, |m| m.min(info.total))
+            .min(MAX_CHUNK);
         if let Ok(seg) = ExpandableSegment::reserve(driver, span) {
             heap.set_wilderness();
             *self = Source::Segment(seg);
