@@ -1391,7 +1391,13 @@ mod tests {
         assert_eq!(grow_chunk(3 * MIB, 64 * MIB), Some(4 * MIB));
         assert_eq!(grow_chunk(65 * MIB, 0), Some(128 * MIB));
         assert_eq!(grow_chunk(u64::MAX - 1, u64::MAX), None);
-        // Every chunk is a power of two, so one given back serves another shard whole.
+        // A heap's block is below 1 TiB: past 512 GiB a chunk is clamped to `MAX_CHUNK`
+        // (still holding the request), and a larger request is refused.
+        assert_eq!(grow_chunk(600 << 30, 0), Some(MAX_CHUNK));
+        assert_eq!(grow_chunk(MAX_CHUNK, u64::MAX), Some(MAX_CHUNK));
+        assert_eq!(grow_chunk(MAX_CHUNK + 1, 0), None);
+        // Every chunk up to 512 GiB is a power of two, so one given back serves another shard
+        // whole.
         for size in (1..200).map(|k| k * 700_001) {
             for live in [0, 10 * MIB, 3000 * MIB] {
                 assert!(

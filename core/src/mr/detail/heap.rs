@@ -24,7 +24,11 @@ use super::live_index::LiveIndex;
 use super::tlsf::{TlsfIndex, GRANULE};
 
 /// Stream slots a heap keeps: a block's owner is 16 bits, and [`LIVE`] is not a slot.
+#[cfg(not(test))]
 pub(crate) const MAX_SLOTS: usize = LIVE as usize;
+/// A few, so that the tests reach the limit (65 535 sets of lists would take 550 MB).
+#[cfg(test)]
+pub(crate) const MAX_SLOTS: usize = 3;
 
 /// One upstream allocation the heap carves blocks from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -839,6 +843,45 @@ mod tests {
             all[0].1, None,
             "a chunk with a live block has no stream to free on"
         );
+    }
+
+    #[test]
+    fn past_the_slot_limit_a_new_stream_takes_over_a_slot_with_no_free_block() {
+        let mut h = CoalescingHeap::default();
+        let streams: Vec<StreamId> = (0..MAX_SLOTS as u64).map(StreamId).collect();
+        let slots: Vec<usize> = streams.iter().map(|&s| h.slot(s)).collect();
+        assert_eq!(slots, (0..MAX_SLOTS).collect::<Vec<_>>());
+        // Slot 0 holds a free block; slot 1 none; slot 2 the only other free block.
+        h.add_chunk(0, 1 << 20, 8 * GRANULE);
+        let a = h.allocate(0, 4 * GRANULE, 1).unwrap();
+        let b = h.allocate(0, 4 * GRANULE, 1).unwrap();
+        h.deallocate(a, 1, 0).unwrap();
+        h.deallocate(b, 1, 2).unwrap();
+        let late = StreamId(100);
+        assert_eq!(h.slot(late), 1, "the first slot holding nothing");
+        assert_eq!(
+            (h.stream_of(1), h.slot_of(streams[1])),
+            (late, None),
+            "the old stream has no slot now; it gets one when it frees again"
+        );
+        assert_eq!(h.slot(late), 1, "found, not taken over again");
+        h.check().unwrap();
+    }
+
+    #[test]
+    #[should_panic(expected = "at most")]
+    fn past_the_slot_limit_with_every_slot_holding_free_blocks_is_refused() {
+        let mut h = CoalescingHeap::default();
+        let s0 = h.slot(StreamId(0));
+        h.add_chunk(s0, 1 << 20, 8 * GRANULE);
+        let held: Vec<u64> = (0..MAX_SLOTS)
+            .map(|_| h.allocate(0, GRANULE, 1).unwrap())
+            .collect();
+        for (k, p) in held.into_iter().enumerate() {
+            let slot = h.slot(StreamId(k as u64));
+            h.deallocate(p, 1, slot).unwrap();
+        }
+        let _ = h.slot(StreamId(100));
     }
 
     #[test]
