@@ -74,11 +74,18 @@ impl Block {
         u64::from(self.units) << GRANULE_SHIFT
     }
 
-    /// Sets the size to `bytes`, a granule multiple of at most [`MAX_BLOCK`].
+    /// The granules in `bytes`, a granule multiple of at most [`MAX_BLOCK`]: a size as a
+    /// record keeps it.
+    #[inline(always)]
+    pub(crate) fn units_of(bytes: u64) -> u32 {
+        debug_assert!(bytes <= MAX_BLOCK && bytes % (1 << GRANULE_SHIFT) == 0);
+        (bytes >> GRANULE_SHIFT) as u32
+    }
+
+    /// Sets the size to `bytes`, as [`Block::units_of`] takes it.
     #[inline(always)]
     pub(crate) fn set_size(&mut self, bytes: u64) {
-        debug_assert!(bytes <= MAX_BLOCK && bytes % (1 << GRANULE_SHIFT) == 0);
-        self.units = (bytes >> GRANULE_SHIFT) as u32;
+        self.units = Self::units_of(bytes);
     }
 
     /// While live: the bytes the caller asked for, checked on free. Kept as the pad below the
@@ -235,9 +242,7 @@ impl BlockSlab {
     /// Record `i`, mutably.
     #[inline]
     pub(crate) fn get_mut(&mut self, i: u32) -> &mut Block {
-        // As the masked view reads it: the low bits dropped, the rest masked.
-        let k = (i as usize >> STEP) & (self.blocks.len() - 1);
-        &mut self.blocks[k]
+        self.view().records.into_mut(i as usize)
     }
 
     /// A slab holding `records` at indices 1, 2, … after the sentinel, numbered

@@ -19,7 +19,7 @@
 use crate::driver::StreamId;
 
 use super::addr_map::AddrMap;
-use super::block::{Block, BlockSlab, Blocks, GRANULE_SHIFT, LIVE, MAX_BLOCK, NIL};
+use super::block::{Block, BlockSlab, Blocks, LIVE, MAX_BLOCK, NIL};
 use super::live_index::LiveIndex;
 use super::tlsf::{TlsfIndex, GRANULE};
 
@@ -233,7 +233,7 @@ impl CoalescingHeap {
             ..
         } = blocks[i];
         // The block found holds `size`, so `size` is below `MAX_BLOCK` and its units fit.
-        let units = (size >> GRANULE_SHIFT) as u32;
+        let units = Block::units_of(size);
         if found > units {
             let rest = blocks.insert(Block {
                 addr: addr + size,
@@ -362,7 +362,7 @@ impl CoalescingHeap {
         );
         let i = self.slab.insert(Block {
             addr: base,
-            units: (size >> GRANULE_SHIFT) as u32,
+            units: Block::units_of(size),
             prev_phys: NIL,
             next_phys: NIL,
             prev_free: NIL,

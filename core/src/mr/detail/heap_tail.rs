@@ -62,7 +62,7 @@ impl CoalescingHeap {
         if b.size() > size {
             let rest = self.slab.insert(Block {
                 addr: b.addr + size,
-                units: 0,
+                units: Block::units_of(b.size() - size),
                 prev_phys: w,
                 next_phys: NIL,
                 prev_free: NIL,
@@ -70,7 +70,6 @@ impl CoalescingHeap {
                 owner: slot as u16,
                 class: 0,
             });
-            self.slab.get_mut(rest).set_size(b.size() - size);
             self.slab.get_mut(w).next_phys = rest;
             self.slab.get_mut(w).set_size(size);
             self.wild = Some(rest);
@@ -115,7 +114,7 @@ impl CoalescingHeap {
             }
             let i = self.slab.insert(Block {
                 addr: b.addr + b.size(),
-                units: 0,
+                units: Block::units_of(bytes),
                 prev_phys: last,
                 next_phys: NIL,
                 prev_free: NIL,
@@ -123,7 +122,6 @@ impl CoalescingHeap {
                 owner: slot as u16,
                 class: 0,
             });
-            self.slab.get_mut(i).set_size(bytes);
             self.slab.get_mut(last).next_phys = i;
             self.wild = Some(i);
         }

@@ -98,12 +98,22 @@ impl<'a, T, const STEP: u32> Masked<&'a mut [T], STEP> {
     /// The element numbered `n & mask`, mutably.
     #[inline(always)]
     pub(crate) fn get_mut(&mut self, n: usize) -> &mut T {
+        Masked::<&mut [T], STEP> {
+            slice: &mut *self.slice,
+            mask: self.mask,
+        }
+        .into_mut(n)
+    }
+
+    /// The element numbered `n & mask`, mutably, for as long as the slice is borrowed.
+    #[inline(always)]
+    pub(crate) fn into_mut(self, n: usize) -> &'a mut T {
         let k = n & self.mask;
         #[allow(
             unsafe_code,
             reason = "a masked number names an element by construction"
         )]
-        // SAFETY: as in `get`; the slice is borrowed mutably.
+        // SAFETY: as in `get`; `self` gives up its borrow of the slice.
         unsafe {
             &mut *self.slice.as_mut_ptr().byte_add(offset::<T, STEP>(k))
         }

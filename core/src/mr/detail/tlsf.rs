@@ -243,9 +243,11 @@ mod tests {
     use crate::mr::detail::block::{number, Block, BlockSlab, SENTINEL};
 
     fn block(size: u64) -> Block {
-        let units = (size >> GRANULE_SHIFT) as u32;
         // A record with no links and not free: the slab's sentinel, sized.
-        Block { units, ..SENTINEL }
+        Block {
+            units: Block::units_of(size),
+            ..SENTINEL
+        }
     }
 
     /// The classes as first written: a first level from the most significant bit, with the
