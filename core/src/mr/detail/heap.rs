@@ -23,10 +23,15 @@ use super::block::{Block, BlockSlab, Blocks, LIVE, MAX_BLOCK, NIL};
 use super::live_index::LiveIndex;
 use super::tlsf::{TlsfIndex, GRANULE};
 
-/// Stream slots a heap keeps: a block's owner is 16 bits, and [`LIVE`] is not a slot.
+/// The owner of a free block in quarantine: set aside from a stream whose slot a new stream
+/// took, usable by no stream until a context synchronize ([`CoalescingHeap::unify`]).
+pub(crate) const QUARANTINE: u16 = LIVE - 1;
+
+/// Stream slots a heap keeps: a block's owner is 16 bits, and neither [`LIVE`] nor
+/// [`QUARANTINE`] is a slot.
 #[cfg(not(test))]
-pub(crate) const MAX_SLOTS: usize = LIVE as usize;
-/// A few, so that the tests reach the limit (65 535 sets of lists would take 550 MB).
+pub(crate) const MAX_SLOTS: usize = QUARANTINE as usize;
+/// A few, so that the tests reach the limit (65 534 sets of lists would take 550 MB).
 #[cfg(test)]
 pub(crate) const MAX_SLOTS: usize = 3;
 
@@ -103,6 +108,9 @@ pub(crate) struct CoalescingHeap {
     /// Chunk base → index in `chunks` (chunks only, not a segment), for giving one chunk back
     /// in O(1).
     chunk_pos: AddrMap,
+    /// Free blocks of streams whose slots were taken over past [`MAX_SLOTS`] (owner
+    /// [`QUARANTINE`]); made only then.
+    quarantine: Option<Box<TlsfIndex>>,
 }
 
 impl CoalescingHeap {
@@ -130,6 +138,10 @@ impl CoalescingHeap {
     /// Number of free blocks, all streams together.
     pub(crate) fn free_blocks(&self) -> usize {
         usize::from(self.wild.is_some())
+            + self
+                .quarantine
+                .as_ref()
+                .map_or(0, |q| q.free_blocks(self.slab.records()))
             + self
                 .lists
                 .iter()
@@ -172,12 +184,12 @@ impl CoalescingHeap {
 
     /// A slot for a stream not seen yet. Past [`MAX_SLOTS`] (a block record keeps its owner
     /// in 16 bits) it takes over a slot holding no free block: nothing of the old stream's is
-    /// in it, so nothing needs ordering.
-    ///
-    /// # Panics
-    ///
-    /// When [`MAX_SLOTS`] streams each hold free blocks in this heap (over half a gigabyte of
-    /// free lists on the host; adoption by other streams empties slots long before).
+    /// in it, so nothing needs ordering. When every slot holds free blocks (over half a
+    /// gigabyte of free lists on the host), it takes over one that does not hold the
+    /// wilderness and puts that slot's free blocks in quarantine: no stream allocates from
+    /// them until a context synchronize lets [`CoalescingHeap::unify`] hand them on, as the
+    /// resources' release and out-of-memory paths do. Nothing is lost, and no block is reused
+    /// unordered.
     #[cold]
     fn new_slot(&mut self, stream: StreamId) -> usize {
         if self.lists.len() < MAX_SLOTS {
@@ -188,11 +200,45 @@ impl CoalescingHeap {
             return self.lists.len() - 1;
         }
         let wild = self.wild.map(|w| usize::from(self.slab.get(w).owner));
-        let slot = (0..self.lists.len())
-            .find(|&s| self.lists[s].index.is_empty() && wild != Some(s))
-            .expect("a heap's streams hold free blocks in at most 65 535 lists at once");
+        let free = |s: &usize| wild != Some(*s);
+        let slot = match (0..self.lists.len()).find(|s| self.lists[*s].index.is_empty() && free(s))
+        {
+            Some(slot) => slot,
+            None => {
+                // MAX_SLOTS >= 2, and one slot at most holds the wilderness.
+                let victim = (0..self.lists.len()).find(free).unwrap_or(0);
+                self.quarantine_slot(victim);
+                victim
+            }
+        };
         self.lists[slot].stream = stream;
         slot
+    }
+
+    /// Moves every free block of `slot` into quarantine, merging it with quarantined
+    /// neighbours.
+    ///
+    /// # Time complexity
+    ///
+    /// O(free blocks of `slot`).
+    fn quarantine_slot(&mut self, slot: usize) {
+        let mut moved = Vec::new();
+        self.lists[slot]
+            .index
+            .collect(self.slab.records(), &mut moved);
+        let quarantine = self.quarantine.get_or_insert_with(Default::default);
+        let mut blocks = self.slab.view();
+        for i in moved {
+            self.lists[slot].index.remove(&mut blocks, i);
+            // Never the wilderness: that slot's last block is not free, or is another's.
+            file_free(
+                &mut blocks,
+                quarantine,
+                (false, &mut None),
+                usize::from(QUARANTINE),
+                i,
+            );
+        }
     }
 
     /// The stream of `slot`.
@@ -301,8 +347,9 @@ impl CoalescingHeap {
         }
     }
 
-    /// Moves every other slot's free blocks into `to`, coalescing across streams. The caller
-    /// must first have ordered `to`'s stream after every other (a context synchronize).
+    /// Moves every other slot's free blocks, and those in quarantine, into `to`, coalescing
+    /// across streams. The caller must first have ordered `to`'s stream after every other (a
+    /// context synchronize).
     ///
     /// # Time complexity
     ///
@@ -312,6 +359,14 @@ impl CoalescingHeap {
         for from in 0..self.lists.len() {
             if from != to && (!self.lists[from].index.is_empty() || wild == Some(from)) {
                 self.adopt(to, from);
+            }
+        }
+        if let Some(mut quarantine) = self.quarantine.take() {
+            let mut moved = Vec::new();
+            quarantine.collect(self.slab.records(), &mut moved);
+            for i in moved {
+                quarantine.remove(&mut self.slab.view(), i);
+                let _ = self.file_free(to, i);
             }
         }
     }
@@ -338,14 +393,16 @@ impl CoalescingHeap {
         Ok(true)
     }
 
-    /// How many streams' lists hold a free block.
+    /// How many streams' lists hold a free block, counting the quarantine as one.
     pub(crate) fn slots_with_free_blocks(&self) -> usize {
         let wild = self.wild.map(|w| self.slab.get(w).owner as usize);
-        self.lists
-            .iter()
-            .enumerate()
-            .filter(|&(slot, l)| !l.index.is_empty() || wild == Some(slot))
-            .count()
+        usize::from(self.quarantine.is_some())
+            + self
+                .lists
+                .iter()
+                .enumerate()
+                .filter(|&(slot, l)| !l.index.is_empty() || wild == Some(slot))
+                .count()
     }
 
     /// Adds an upstream chunk as one free block in `slot`'s lists.
@@ -432,10 +489,11 @@ impl CoalescingHeap {
     }
 
     /// The slot whose lists hold chunk `c` when it is wholly free (one free block as large as
-    /// the chunk), else `None`.
+    /// the chunk), else `None`; `None` too for a chunk in quarantine, which goes back only
+    /// after [`CoalescingHeap::unify`].
     fn free_slot_of(&self, c: &Chunk) -> Option<usize> {
         let b = self.slab.get(c.first);
-        (b.is_free() && b.size() == c.size).then_some(usize::from(b.owner))
+        (b.is_free() && b.owner != QUARANTINE && b.size() == c.size).then_some(usize::from(b.owner))
     }
 
     /// Removes chunk `k` when it is wholly free, and returns it with the stream whose lists
@@ -681,9 +739,14 @@ impl CoalescingHeap {
             ));
         }
         let mut filed = Vec::new();
-        for (slot, l) in self.lists.iter().enumerate() {
+        let quarantine = self
+            .quarantine
+            .as_deref()
+            .map(|q| (usize::from(QUARANTINE), q));
+        let indexes = self.lists.iter().map(|l| &l.index).enumerate();
+        for (slot, index) in indexes.chain(quarantine) {
             let start = filed.len();
-            l.index.collect(blocks, &mut filed);
+            index.collect(blocks, &mut filed);
             if filed[start..]
                 .iter()
                 .any(|&i| usize::from(blocks[i].owner) != slot)
@@ -869,8 +932,7 @@ mod tests {
     }
 
     #[test]
-    #[should_panic(expected = "at most")]
-    fn past_the_slot_limit_with_every_slot_holding_free_blocks_is_refused() {
+    fn past_the_slot_limit_with_every_slot_holding_free_blocks_one_goes_to_quarantine() {
         let mut h = CoalescingHeap::default();
         let s0 = h.slot(StreamId(0));
         h.add_chunk(s0, 1 << 20, 8 * GRANULE);
@@ -881,7 +943,62 @@ mod tests {
             let slot = h.slot(StreamId(k as u64));
             h.deallocate(p, 1, slot).unwrap();
         }
-        let _ = h.slot(StreamId(100));
+        let (blocks, free) = (h.free_blocks(), h.free_bytes());
+        let late = StreamId(100);
+        let slot = h.slot(late);
+        assert_eq!(slot, 0, "the first slot, its free blocks set aside");
+        assert_eq!(
+            (h.stream_of(0), h.slot_of(StreamId(0))),
+            (late, None),
+            "the old stream has no slot now"
+        );
+        h.check().unwrap();
+        assert_eq!(
+            (h.free_blocks(), h.free_bytes()),
+            (blocks, free),
+            "nothing lost"
+        );
+        assert_eq!(
+            h.slots_with_free_blocks(),
+            MAX_SLOTS,
+            "the quarantine counts, so a coalesce synchronizes"
+        );
+        // Slot 0 held the first granule and the chunk's rest (merged): neither is the new
+        // stream's.
+        assert_eq!(h.allocate(slot, GRANULE, 1), None);
+        // After a context synchronize every free block may go anywhere.
+        assert_eq!(h.coalesce_streams(late, || Ok::<(), ()>(())), Ok(true));
+        assert_eq!(h.slots_with_free_blocks(), 1);
+        h.check().unwrap();
+        let p = h.allocate(slot, 5 * GRANULE, 1).unwrap();
+        assert_eq!(
+            p,
+            1 << 20,
+            "the quarantined blocks merged back with the others"
+        );
+        h.check().unwrap();
+    }
+
+    #[test]
+    fn the_slot_holding_the_wilderness_is_never_put_in_quarantine() {
+        let mut h = CoalescingHeap {
+            wilderness: true,
+            ..CoalescingHeap::default()
+        };
+        let s0 = h.slot(StreamId(0));
+        h.add_chunk(s0, 1 << 20, 16 * GRANULE);
+        let held: Vec<u64> = (0..MAX_SLOTS)
+            .map(|_| h.allocate_wild(s0, GRANULE, 1).unwrap())
+            .collect();
+        for (k, p) in held.into_iter().enumerate() {
+            let slot = h.slot(StreamId(k as u64));
+            h.deallocate(p, 1, slot).unwrap();
+        }
+        assert_eq!(h.wild().map(|(_, _, owner)| owner), Some(0));
+        let slot = h.slot(StreamId(100));
+        assert_eq!(slot, 1, "the first slot not holding the wilderness");
+        assert_eq!(h.wild().map(|(_, _, owner)| owner), Some(0));
+        h.check().unwrap();
     }
 
     #[test]

@@ -69,7 +69,7 @@ impl LiveIndex {
     #[inline(always)]
     pub(crate) fn insert(&mut self, blocks: &mut Blocks<'_>, addr: u64, i: u32) {
         debug_assert_eq!(blocks[i].addr, addr);
-        if self.len >= self.heads.len() / 2 {
+        if self.len >= self.heads.len() / 8 {
             self.grow(blocks);
         }
         let b = self.bucket(addr);
