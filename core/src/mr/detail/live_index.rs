@@ -4,19 +4,27 @@
 //! free list, so its record's `next_free` link is idle: the index chains the live blocks of
 //! one hash bucket through it, and the table itself is one `u32` head a bucket. An insert is
 //! two stores; a removal reads the record at the head of the bucket — the record the free
-//! reads next anyway — and, at under half a block a bucket, finds the block there four times
-//! in five on W3. It replaced an open-addressing table of tagged groups ([`super::addr_map`],
+//! reads next anyway — and, at under an eighth of a block a bucket ([`MAX_LOAD_LOG2`]),
+//! almost always finds the block there. It replaced an open-addressing table of tagged groups ([`super::addr_map`],
 //! which the other users keep): the pool's instructions an op went from 259.5 / 262.1 / 245.3
 //! to 254.3 / 256.6 / 239.7 on W1 / W2 / W3, and its L1 misses on W3 from 2.30 to 2.09
 //! (cachegrind; `docs/results/2026-11-25-h100-s11`).
 //!
-//! Every operation is expected O(1); the table doubles when the blocks outnumber half its
+//! Every operation is expected O(1); the table doubles when the blocks reach an eighth of its
 //! buckets, and never shrinks.
 
 use super::block::{Blocks, Records, NIL};
 
-/// Buckets of a new index.
-const FIRST_BUCKETS_LOG2: u32 = 6;
+/// Buckets of a new index: room for 32 live blocks before the first doubling.
+const FIRST_BUCKETS_LOG2: u32 = 8;
+
+/// The table doubles when its blocks reach 1/2^this of its buckets. A free whose block is not
+/// at its bucket's head takes a branch the CPU mispredicts: at half full that was one free in
+/// four on W3 (cachegrind), and at an eighth full the pool ran W1 / W2 / W3 in 56.8 / 50.6 /
+/// 50.9 → 53.3 / 51.4 / 49.1 ns an op on the lent H100's host (medians of twelve processes,
+/// interleaved; `docs/results/2026-11-25-h100-s14`), for 32–64 bytes of buckets a live block
+/// on the host instead of 8–16.
+const MAX_LOAD_LOG2: u32 = 3;
 
 /// Live block addresses → record indices, chained through the records' `next_free`.
 #[derive(Debug, Clone)]
@@ -65,11 +73,11 @@ impl LiveIndex {
     ///
     /// # Time complexity
     ///
-    /// O(1) amortized: the table doubles (rehashing every block) past half full.
+    /// O(1) amortized: the table doubles (rehashing every block) at [`MAX_LOAD_LOG2`].
     #[inline(always)]
     pub(crate) fn insert(&mut self, blocks: &mut Blocks<'_>, addr: u64, i: u32) {
         debug_assert_eq!(blocks[i].addr, addr);
-        if self.len >= self.heads.len() / 8 {
+        if self.len >= self.heads.len() >> MAX_LOAD_LOG2 {
             self.grow(blocks);
         }
         let b = self.bucket(addr);
@@ -194,7 +202,10 @@ mod tests {
             index.insert(&mut slab.view(), a, number(k + 1));
         }
         assert_eq!(index.len(), 500);
-        assert!(index.heads.len() >= 1000, "doubled past half full");
+        assert!(
+            index.heads.len() >= 500 << MAX_LOAD_LOG2,
+            "doubled at an eighth full"
+        );
         for (k, &a) in addrs.iter().enumerate() {
             assert_eq!(index.get(slab.records(), a), Some(number(k + 1)));
         }
@@ -226,8 +237,8 @@ mod tests {
 
     #[test]
     fn blocks_sharing_a_bucket_are_each_found() {
-        // Four addresses in each of five buckets of a new index (below half full, so it does
-        // not grow): chains of four.
+        // Four addresses in each of five buckets of a new index (below its load limit, so it
+        // does not grow): chains of four.
         let fresh = LiveIndex::default();
         let mut addrs = Vec::new();
         for bucket in [0, 9, 17, 40, 63] {
@@ -243,7 +254,7 @@ mod tests {
         for (k, &a) in addrs.iter().enumerate() {
             index.insert(&mut slab.view(), a, number(k + 1));
         }
-        assert_eq!(index.heads.len(), 64, "no growth");
+        assert_eq!(index.heads.len(), 1 << FIRST_BUCKETS_LOG2, "no growth");
         // A bucket's first block in is last in its chain: these removals walk past the head,
         // to its end; each block is found once.
         for (k, &a) in addrs.iter().enumerate() {
