@@ -20,10 +20,10 @@ const FIRST_BUCKETS_LOG2: u32 = 8;
 
 /// The table doubles when its blocks reach 1/2^this of its buckets. A free whose block is not
 /// at its bucket's head takes a branch the CPU mispredicts: at half full that was one free in
-/// four on W3 (cachegrind), and at an eighth full the pool ran W1 / W2 / W3 in 56.8 / 50.6 /
-/// 50.9 → 53.3 / 51.4 / 49.1 ns an op on the lent H100's host (medians of twelve processes,
-/// interleaved; `docs/results/2026-11-25-h100-s14`), for 32–64 bytes of buckets a live block
-/// on the host instead of 8–16.
+/// four on W3 (cachegrind), and at an eighth full the pool ran W1 / W2 / W3 in 54.4 / 48.8 /
+/// 49.5 → 50.5 / 51.1 / 47.6 ns an op on the lent H100's host (medians of 24 processes over
+/// two calls, interleaved; `docs/results/2026-11-25-h100-s14`), for 32–64 bytes of buckets a
+/// live block on the host instead of 8–16.
 const MAX_LOAD_LOG2: u32 = 3;
 
 /// Live block addresses → record indices, chained through the records' `next_free`.
