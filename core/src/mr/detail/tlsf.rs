@@ -13,6 +13,8 @@
 //! bounded scan keeps the search constant-time and measured 1.14 → 1.08 held over peak live on
 //! W3 against good fit alone.
 
+use std::hint::select_unpredictable;
+
 use super::block::{Blocks, Records, GRANULE_SHIFT, NIL};
 
 /// Granule: every block size is a multiple of this (the resources' minimum alignment).
@@ -180,15 +182,17 @@ impl TlsfIndex {
             return None;
         }
         // Blocks of the own class may be large enough although the class as a whole is not,
-        // and fit more tightly than any block of a larger class.
+        // and fit more tightly than any block of a larger class. An empty class's head is the
+        // sentinel, whose size is 0, so the fit test comes first and stands for both: the
+        // emptiness test before it mispredicted about one search in two on W3.
         let mut i = self.heads[own & (LISTS - 1)];
         for _ in 0..EXACT_CLASS_SCAN {
-            if i == NIL {
-                break;
-            }
             let b = &blocks[i];
             if u64::from(b.units) >= units {
                 return Some(i);
+            }
+            if i == NIL {
+                break;
             }
             i = b.next_free;
         }
@@ -199,17 +203,17 @@ impl TlsfIndex {
         if fl >= FL_COUNT {
             return None;
         }
+        // `fl` itself when its classes from `sl` up hold a block, else the next non-empty first
+        // level: chosen without a branch, which mispredicted about one search in four on W1.
         let sl_map = self.sl_bitmap[fl & 63] & (u32::MAX << sl);
-        let (fl, sl) = if sl_map != 0 {
-            (fl, sl_map.trailing_zeros() as usize)
-        } else {
-            let fl_map = self.fl_bitmap & u64::MAX.checked_shl(fl as u32 + 1).unwrap_or(0);
-            if fl_map == 0 {
-                return None;
-            }
-            let fl = fl_map.trailing_zeros() as usize;
-            (fl, self.sl_bitmap[fl & 63].trailing_zeros() as usize)
-        };
+        let fl_map = self.fl_bitmap & u64::MAX.checked_shl(fl as u32 + 1).unwrap_or(0)
+            | u64::from(sl_map != 0) << fl;
+        if fl_map == 0 {
+            return None;
+        }
+        let fl = fl_map.trailing_zeros() as usize;
+        let sl_map = select_unpredictable(fl == start / SL_COUNT, sl_map, self.sl_bitmap[fl & 63]);
+        let sl = sl_map.trailing_zeros() as usize;
         Some(self.heads[(fl * SL_COUNT + sl) & (LISTS - 1)])
     }
 
