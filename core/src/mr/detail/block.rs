@@ -264,6 +264,18 @@ pub(crate) struct Blocks<'a> {
 }
 
 impl Blocks<'_> {
+    /// The same view, borrowed: for a call that is not inlined, which takes it by value, so
+    /// that the caller's view never has its address taken. A view whose address escapes lives
+    /// in memory, and the hot path then reloaded the slab's base and mask after every store
+    /// to a record (the live index's outlined paths took `&mut Blocks`).
+    #[inline(always)]
+    pub(crate) fn reborrow(&mut self) -> Blocks<'_> {
+        Blocks {
+            records: self.records.reborrow(),
+            vacant: &mut *self.vacant,
+        }
+    }
+
     /// Stores `block` in the first vacant record; the caller has made sure there is one
     /// ([`BlockSlab::reserve`]).
     #[inline(always)]

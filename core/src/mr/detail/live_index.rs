@@ -78,7 +78,7 @@ impl LiveIndex {
     pub(crate) fn insert(&mut self, blocks: &mut Blocks<'_>, addr: u64, i: u32) {
         debug_assert_eq!(blocks[i].addr, addr);
         if self.len >= self.heads.len() >> MAX_LOAD_LOG2 {
-            self.grow(blocks);
+            self.grow(blocks.reborrow());
         }
         let b = self.bucket(addr);
         let heads = self.heads_mut();
@@ -106,13 +106,13 @@ impl LiveIndex {
             self.len -= 1;
             return Some(first);
         }
-        self.remove_later(blocks, first, addr)
+        self.remove_later(blocks.reborrow(), first, addr)
     }
 
     /// [`Self::remove`] past a bucket's first block (one search in five on W3, or a bad
     /// pointer).
     #[inline(never)]
-    fn remove_later(&mut self, blocks: &mut Blocks<'_>, first: u32, addr: u64) -> Option<u32> {
+    fn remove_later(&mut self, mut blocks: Blocks<'_>, first: u32, addr: u64) -> Option<u32> {
         let mut prev = first;
         while prev != NIL {
             let j = blocks[prev].next_free;
@@ -145,7 +145,7 @@ impl LiveIndex {
     /// Doubles the buckets and rehashes every block into them.
     #[cold]
     #[inline(never)]
-    fn grow(&mut self, blocks: &mut Blocks<'_>) {
+    fn grow(&mut self, mut blocks: Blocks<'_>) {
         let old = std::mem::take(&mut self.heads);
         self.heads = vec![NIL; old.len() * 2];
         self.shift -= 1;

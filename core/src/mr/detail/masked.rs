@@ -98,11 +98,7 @@ impl<'a, T, const STEP: u32> Masked<&'a mut [T], STEP> {
     /// The element numbered `n & mask`, mutably.
     #[inline(always)]
     pub(crate) fn get_mut(&mut self, n: usize) -> &mut T {
-        Masked::<&mut [T], STEP> {
-            slice: &mut *self.slice,
-            mask: self.mask,
-        }
-        .into_mut(n)
+        self.reborrow().into_mut(n)
     }
 
     /// The element numbered `n & mask`, mutably, for as long as the slice is borrowed.
@@ -116,6 +112,15 @@ impl<'a, T, const STEP: u32> Masked<&'a mut [T], STEP> {
         // SAFETY: as in `get`; `self` gives up its borrow of the slice.
         unsafe {
             &mut *self.slice.as_mut_ptr().byte_add(offset::<T, STEP>(k))
+        }
+    }
+
+    /// The same slice, borrowed for less long.
+    #[inline(always)]
+    pub(crate) fn reborrow(&mut self) -> Masked<&mut [T], STEP> {
+        Masked {
+            slice: &mut *self.slice,
+            mask: self.mask,
         }
     }
 
