@@ -240,8 +240,7 @@ pub fn single_results(
             // A fresh simulated GPU per run; the real one is shared (and must be idle).
             let driver = make_driver(cuda)?;
             let device = device_name(&*driver);
-            let build = || named::build(r, Arc::clone(&driver));
-            match bench::run(&*driver, build, r, w, &config) {
+            match bench::run_named(&driver, r, w, &config) {
                 Ok(res) => {
                     let virtual_ns = if cuda.is_none() {
                         virtual_ns_per_op(r, w)

@@ -50,28 +50,42 @@ pub const NAMED_RESOURCES: &[(&str, &str)] = &[
 
 type Shared = Arc<dyn Driver>;
 
-/// Builds the chain named `name` on `driver`, for the calling thread's current context.
+/// What to do with a named chain as its own type: [`with_named`] hands it a builder, so that
+/// the work is compiled for that type (the benchmarks, whose calls then inline as the peers'
+/// C++ harness inlines its allocators') instead of going through `dyn DeviceMemoryResource`.
+pub trait WithResource {
+    /// What the work returns.
+    type Output;
+
+    /// Does the work with `build`, which builds the chain (and may fail as the chain's
+    /// constructor does).
+    fn with<R: DeviceMemoryResource + 'static>(
+        self,
+        build: impl FnOnce() -> MrResult<R>,
+    ) -> Self::Output;
+}
+
+/// Hands `work` a builder of the chain named `name` on `driver`, for the calling thread's
+/// current context.
 ///
 /// # Errors
 ///
 /// [`MrError::InvalidArgument`] for an unknown name (the message lists the known ones); the
-/// resources' own errors (e.g. creating the driver pool of `async`).
-pub fn build(name: &str, driver: Shared) -> MrResult<Arc<dyn DeviceMemoryResource>> {
+/// builder returns the resources' own errors (e.g. creating the driver pool of `async`).
+pub fn with_named<W: WithResource>(name: &str, driver: Shared, work: W) -> MrResult<W::Output> {
     let cuda = || CudaResource::<Shared>::new(Arc::clone(&driver));
     let pool = || PoolResource::chunked(cuda());
     Ok(match name {
-        "pool" => Arc::new(pool()),
-        "pool-vmm" => Arc::new(PoolResource::new(cuda())),
-        "sharded" => Arc::new(ShardedPoolResource::over(pool(), shard_count())),
-        "arena" => Arc::new(ArenaResource::new(cuda())),
-        "binning" => Arc::new(BinningResource::with_range(
-            pool(),
-            BINNING_RANGE.0,
-            BINNING_RANGE.1,
-        )?),
-        "async" => Arc::new(AsyncResource::<Shared>::new(Arc::clone(&driver))?),
-        "managed" => Arc::new(ManagedResource::<Shared>::new(Arc::clone(&driver))),
-        "cuda" => Arc::new(cuda()),
+        "pool" => work.with(|| Ok(pool())),
+        "pool-vmm" => work.with(|| Ok(PoolResource::new(cuda()))),
+        "sharded" => work.with(|| Ok(ShardedPoolResource::over(pool(), shard_count()))),
+        "arena" => work.with(|| Ok(ArenaResource::new(cuda()))),
+        "binning" => {
+            work.with(|| BinningResource::with_range(pool(), BINNING_RANGE.0, BINNING_RANGE.1))
+        }
+        "async" => work.with(|| AsyncResource::<Shared>::new(Arc::clone(&driver))),
+        "managed" => work.with(|| Ok(ManagedResource::<Shared>::new(Arc::clone(&driver)))),
+        "cuda" => work.with(|| Ok(cuda())),
         other => {
             return Err(MrError::InvalidArgument {
                 resource: "named resource",
@@ -86,6 +100,25 @@ pub fn build(name: &str, driver: Shared) -> MrResult<Arc<dyn DeviceMemoryResourc
             })
         }
     })
+}
+
+/// Builds the chain named `name` on `driver`, for the calling thread's current context.
+///
+/// # Errors
+///
+/// As [`with_named`].
+pub fn build(name: &str, driver: Shared) -> MrResult<Arc<dyn DeviceMemoryResource>> {
+    struct ToArc;
+    impl WithResource for ToArc {
+        type Output = MrResult<Arc<dyn DeviceMemoryResource>>;
+        fn with<R: DeviceMemoryResource + 'static>(
+            self,
+            build: impl FnOnce() -> MrResult<R>,
+        ) -> Self::Output {
+            Ok(Arc::new(build()?))
+        }
+    }
+    with_named(name, driver, ToArc)?
 }
 
 /// Shards of `sharded`: twice the hardware threads, at least 4.

@@ -303,7 +303,7 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
     }
 
     /// Budget: one slot lookup, a TLSF search, one split, one map insert — no driver call.
-    #[inline]
+    #[inline(always)]
     fn allocate_fast(st: &mut PoolState, size: u64, bytes: u64, stream: StreamId) -> Option<u64> {
         let slot = st.heap.slot_of(stream)?;
         st.heap.allocate(slot, size, bytes)
@@ -336,7 +336,7 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
     }
 
     /// Takes back `ptr` of `bytes` freed on `stream`, the lock held.
-    #[inline]
+    #[inline(always)]
     fn deallocate_locked(
         st: &mut PoolState,
         ptr: DevicePtr,
@@ -536,7 +536,7 @@ impl<Up: DeviceMemoryResource> DeviceMemoryResource for PoolResource<Up> {
     ///
     /// O(1) when the stream's lists hold a block that fits; O(free blocks of one other stream)
     /// when it takes that stream's memory; one upstream call when it grows.
-    #[inline]
+    #[inline(always)]
     fn allocate(&self, bytes: usize, stream: StreamId) -> MrResult<DevicePtr> {
         if bytes == 0 {
             return Ok(DevicePtr::NULL);
@@ -555,7 +555,7 @@ impl<Up: DeviceMemoryResource> DeviceMemoryResource for PoolResource<Up> {
     /// # Time complexity
     ///
     /// O(1): one map lookup, at most two merges.
-    #[inline]
+    #[inline(always)]
     fn deallocate(&self, ptr: DevicePtr, bytes: usize, stream: StreamId) -> MrResult<()> {
         if ptr == DevicePtr::NULL && bytes == 0 {
             return Ok(());
