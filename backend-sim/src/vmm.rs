@@ -57,7 +57,7 @@ impl State {
     /// Checks that `n` bytes (what `what` names) are a positive multiple of the granularity.
     fn granules(&self, n: u64, what: &str) -> DriverResult<u64> {
         let g = self.granularity()?;
-        if n == 0 || n % g != 0 {
+        if n == 0 || !n.is_multiple_of(g) {
             return Err(self.err(
                 CudaCode::INVALID_VALUE,
                 format!(
@@ -226,7 +226,7 @@ impl State {
 
     pub(crate) fn mem_map(&mut self, p: u32, ptr: u64, size: u64, handle: u64) -> DriverResult<()> {
         self.granules(size, "the mapping")?;
-        if ptr % self.cfg.vmm_granularity != 0 {
+        if !ptr.is_multiple_of(self.cfg.vmm_granularity) {
             return Err(self.err(
                 CudaCode::INVALID_VALUE,
                 format!("{ptr:#x} is not aligned to the allocation granularity"),

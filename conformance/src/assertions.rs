@@ -39,7 +39,7 @@ pub fn check_interface_version(name: &str, factory: u32, manager: u32) -> Result
 
 /// "256-byte aligned".
 pub fn check_memalloc_aligned(ptr: DevicePtr, requested: usize) -> Result<(), String> {
-    if ptr.0 % ALIGNMENT == 0 {
+    if ptr.0.is_multiple_of(ALIGNMENT) {
         return Ok(());
     }
     Err(format!(

@@ -320,7 +320,7 @@ fn replay_metered<R: DeviceMemoryResource>(
             let live = m.live.fetch_add(size, Ordering::Relaxed) + size;
             m.peak_live.fetch_max(live, Ordering::Relaxed);
             allocations += 1;
-            if allocations % m.poll_every != 0 {
+            if !allocations.is_multiple_of(m.poll_every) {
                 return Ok::<_, MrError>((p, n));
             }
             match m.driver.mem_get_info() {

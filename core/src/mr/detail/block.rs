@@ -78,7 +78,7 @@ impl Block {
     /// record keeps it.
     #[inline(always)]
     pub(crate) fn units_of(bytes: u64) -> u32 {
-        debug_assert!(bytes <= MAX_BLOCK && bytes % (1 << GRANULE_SHIFT) == 0);
+        debug_assert!(bytes <= MAX_BLOCK && bytes.is_multiple_of(1 << GRANULE_SHIFT));
         (bytes >> GRANULE_SHIFT) as u32
     }
 

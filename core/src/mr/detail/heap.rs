@@ -412,7 +412,9 @@ impl CoalescingHeap {
     /// O(1) amortized.
     pub(crate) fn add_chunk(&mut self, slot: usize, base: u64, size: u64) {
         // Its owner keeps chunks to `MAX_CHUNK` (`growth::chunk_size`, the segment's reserve).
-        debug_assert!(size >= GRANULE && size % GRANULE == 0 && base % GRANULE == 0);
+        debug_assert!(
+            size >= GRANULE && size.is_multiple_of(GRANULE) && base.is_multiple_of(GRANULE)
+        );
         debug_assert!(
             size <= MAX_BLOCK,
             "a chunk of {size} bytes is past a block's limit"

@@ -102,7 +102,7 @@ impl CoalescingHeap {
     ///
     /// O(1) with a wilderness; O(blocks of the chunk) when its last block is live.
     pub(crate) fn extend_chunk(&mut self, slot: usize, bytes: u64) {
-        debug_assert!(self.wilderness && bytes >= GRANULE && bytes % GRANULE == 0);
+        debug_assert!(self.wilderness && bytes >= GRANULE && bytes.is_multiple_of(GRANULE));
         let last = self.last_block();
         let b = *self.slab.get(last);
         if self.wild == Some(last) && usize::from(b.owner) == slot {
@@ -142,7 +142,7 @@ impl CoalescingHeap {
         };
         let b = *self.slab.get(w);
         let chunk_end = c.base + c.size;
-        if end < b.addr || end >= chunk_end || end % GRANULE != 0 {
+        if end < b.addr || end >= chunk_end || !end.is_multiple_of(GRANULE) {
             return 0;
         }
         let cut = chunk_end - end;

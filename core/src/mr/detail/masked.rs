@@ -32,7 +32,7 @@ const fn offset<T, const STEP: u32>(masked: usize) -> usize {
 
 /// Whether `T` and `STEP` fit: the element's size a multiple of `1 << STEP`.
 const fn fits<T, const STEP: u32>() -> bool {
-    size_of::<T>() % (1 << STEP) == 0 && size_of::<T>() >= (1 << STEP)
+    size_of::<T>().is_multiple_of(1 << STEP) && size_of::<T>() >= (1 << STEP)
 }
 
 impl<'a, T, const STEP: u32> Masked<&'a [T], STEP> {
