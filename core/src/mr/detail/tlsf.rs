@@ -182,17 +182,17 @@ impl TlsfIndex {
             return None;
         }
         // Blocks of the own class may be large enough although the class as a whole is not,
-        // and fit more tightly than any block of a larger class. An empty class's head is the
-        // sentinel, whose size is 0, so the fit test comes first and stands for both: the
-        // emptiness test before it mispredicted about one search in two on W3.
+        // and fit more tightly than any block of a larger class. (The fit test first, standing
+        // for the emptiness test too as the sentinel's size is 0, cost 3 instructions an op and
+        // measured the same: sessions 14 and 15.)
         let mut i = self.heads[own & (LISTS - 1)];
         for _ in 0..EXACT_CLASS_SCAN {
+            if i == NIL {
+                break;
+            }
             let b = &blocks[i];
             if u64::from(b.units) >= units {
                 return Some(i);
-            }
-            if i == NIL {
-                break;
             }
             i = b.next_free;
         }
