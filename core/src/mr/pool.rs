@@ -39,9 +39,10 @@
 //!   through an `Arc`.
 //! - **Use and cost**: the general-purpose suballocator. Allocation and free are O(1) and
 //!   allocate on the host only to grow their tables (amortized) and on a stream's first use
-//!   (25–30 ns per operation on W1, W2, W3 on the 2-core build machine; on the lent H100's
-//!   host medians of 36–55 ns over eight processes a list, 33–67 by process, as the host's
-//!   mode goes: README, "Session 10 on the lent H100"); growth costs one upstream
+//!   (30–45 ns per operation on W1, W2, W3 on the 2-core build machine, as its speed goes;
+//!   on the lent H100's host 27–28 ns in its fast phases and medians of 33–39 over twelve
+//!   processes a list, measured through `bench::run_named`, which inlines these calls:
+//!   README, "Session 15 on the lent H100"); growth costs one upstream
 //!   call, or a free-memory query, two driver calls per handle mapped (at most 64) and one
 //!   more. Memory held at peak measured 1.06–1.08 × peak live bytes on W1, W2, W3 without
 //!   preallocation (1.08–1.11 with chunks). The segment's memory cannot be exported with
