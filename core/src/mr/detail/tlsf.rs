@@ -372,4 +372,36 @@ mod tests {
         assert_eq!(t.find(blocks.records(), 67 * GRANULE), Some(number(1)));
         assert_eq!(t.find(blocks.records(), 68 * GRANULE), None);
     }
+
+    #[test]
+    fn the_good_fit_takes_the_smallest_class_above_in_its_level_or_the_next() {
+        // Granules 40 and 44 (level 1), 200 and 5000 (levels 3 and 8).
+        let sizes = [40u64, 44, 200, 5000];
+        let records: Vec<Block> = sizes.iter().map(|&u| block(u * GRANULE)).collect();
+        let mut slab = BlockSlab::of(&records);
+        let mut blocks = slab.view();
+        let mut t = TlsfIndex::default();
+        for k in 1..=sizes.len() {
+            t.insert(&mut blocks, number(k));
+        }
+        let found = |t: &TlsfIndex, blocks: &Blocks<'_>, units: u64| {
+            t.find(blocks.records(), units * GRANULE)
+                .map(|i| blocks[i].units)
+        };
+        // From the class of 33 granules up, level 1 holds 40 and 44: the smaller, in that level.
+        assert_eq!(found(&t, &blocks, 33), Some(40));
+        assert_eq!(found(&t, &blocks, 41), Some(44));
+        // Nothing from 45 up in level 1, nor in level 2: level 3's block.
+        assert_eq!(found(&t, &blocks, 45), Some(200));
+        assert_eq!(found(&t, &blocks, 201), Some(5000));
+        assert_eq!(found(&t, &blocks, 5001), None);
+        // Emptying a level moves the search on: without 40 and 44, 33 granules take 200.
+        t.remove(&mut blocks, number(1));
+        t.remove(&mut blocks, number(2));
+        assert_eq!(found(&t, &blocks, 33), Some(200));
+        // A level whose classes below the request's hold blocks does not serve it.
+        t.insert(&mut blocks, number(2));
+        assert_eq!(found(&t, &blocks, 45), Some(200));
+        assert_eq!(found(&t, &blocks, 2), Some(44));
+    }
 }
