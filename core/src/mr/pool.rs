@@ -537,6 +537,10 @@ impl<Up: DeviceMemoryResource> DeviceMemoryResource for PoolResource<Up> {
     ///
     /// O(1) when the stream's lists hold a block that fits; O(free blocks of one other stream)
     /// when it takes that stream's memory; one upstream call when it grows.
+    // This, the free and the two `_locked`/`_fast` steps are always inlined: a caller that
+    // holds the pool as its own type (`bench::replay`) then runs them with no call, 15–17
+    // instructions an op fewer than through `dyn` (callgrind, W1 and W3); with `#[inline]`
+    // alone LLVM outlined one level or another, as the loop grew.
     #[inline(always)]
     fn allocate(&self, bytes: usize, stream: StreamId) -> MrResult<DevicePtr> {
         if bytes == 0 {

@@ -211,10 +211,10 @@ impl TlsfIndex {
         if fl_map == 0 {
             return None;
         }
-        let fl = fl_map.trailing_zeros() as usize;
-        let sl_map = select_unpredictable(fl == start / SL_COUNT, sl_map, self.sl_bitmap[fl & 63]);
+        let next_fl = fl_map.trailing_zeros() as usize;
+        let sl_map = select_unpredictable(next_fl == fl, sl_map, self.sl_bitmap[next_fl & 63]);
         let sl = sl_map.trailing_zeros() as usize;
-        Some(self.heads[(fl * SL_COUNT + sl) & (LISTS - 1)])
+        Some(self.heads[(next_fl * SL_COUNT + sl) & (LISTS - 1)])
     }
 
     /// Every block in the lists, in no particular order (for release and merging lists).
