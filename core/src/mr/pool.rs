@@ -306,6 +306,22 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
     /// Budget: one slot lookup, a TLSF search, one split, one map insert — no driver call.
     #[inline(always)]
     fn allocate_fast(st: &mut PoolState, size: u64, bytes: u64, stream: StreamId) -> Option<u64> {
+        if st.heap.is_first(stream) {
+            st.heap.allocate(0, size, bytes)
+        } else {
+            Self::allocate_later_slot(st, size, bytes, stream)
+        }
+    }
+
+    /// [`Self::allocate_fast`] on a stream other than the first: apart, so that the first
+    /// stream's slot is a constant on the common path.
+    #[inline(never)]
+    fn allocate_later_slot(
+        st: &mut PoolState,
+        size: u64,
+        bytes: u64,
+        stream: StreamId,
+    ) -> Option<u64> {
         let slot = st.heap.slot_of(stream)?;
         st.heap.allocate(slot, size, bytes)
     }
@@ -339,6 +355,25 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
     /// Takes back `ptr` of `bytes` freed on `stream`, the lock held.
     #[inline(always)]
     fn deallocate_locked(
+        st: &mut PoolState,
+        ptr: DevicePtr,
+        bytes: usize,
+        stream: StreamId,
+    ) -> MrResult<()> {
+        if st.heap.is_first(stream) {
+            return st
+                .heap
+                .deallocate(ptr.0, bytes as u64, 0)
+                .map(|_| ())
+                .map_err(|e| invalid_free(ptr, bytes, e));
+        }
+        Self::deallocate_later_slot(st, ptr, bytes, stream)
+    }
+
+    /// [`Self::deallocate_locked`] on a stream other than the first (see
+    /// [`Self::allocate_later_slot`]).
+    #[inline(never)]
+    fn deallocate_later_slot(
         st: &mut PoolState,
         ptr: DevicePtr,
         bytes: usize,

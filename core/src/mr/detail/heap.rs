@@ -168,6 +168,13 @@ impl CoalescingHeap {
         }
     }
 
+    /// Whether `stream`'s lists are slot 0 (the resources' fast paths then pass slot 0 as a
+    /// constant, which needs no bounds check or scaling).
+    #[inline(always)]
+    pub(crate) fn is_first(&self, stream: StreamId) -> bool {
+        self.lists.first().is_some_and(|l| l.stream == stream)
+    }
+
     #[inline(never)]
     fn slot_of_later(&self, stream: StreamId) -> Option<usize> {
         self.lists.iter().position(|l| l.stream == stream)
@@ -257,8 +264,6 @@ impl CoalescingHeap {
     // instructions an op (callgrind, W3).
     #[inline(always)]
     pub(crate) fn allocate(&mut self, slot: usize, size: u64, requested: u64) -> Option<u64> {
-        // The split below may need a record; the view cannot grow the slab.
-        self.slab.reserve();
         // One view of the records for the whole operation, apart from the other fields: the
         // compiler then keeps the slab's base and length in registers.
         let CoalescingHeap {
@@ -268,8 +273,12 @@ impl CoalescingHeap {
             live_bytes,
             ..
         } = self;
-        let mut blocks = slab.view();
+        // Indexed before the slab may grow (a call): for slot 0, just found by the caller,
+        // the compiler then drops the bounds check.
         let index = &mut lists[slot].index;
+        // The split below may need a record; the view cannot grow the slab.
+        slab.reserve();
+        let mut blocks = slab.view();
         let i = index.find(blocks.records(), size)?;
         index.remove(&mut blocks, i);
         let Block {
@@ -583,6 +592,7 @@ impl CoalescingHeap {
             wild,
             ..
         } = self;
+        let index = &mut lists[slot].index;
         let mut blocks = slab.view();
         let i = live.remove(&mut blocks, addr).ok_or(FreeError::NotLive)?;
         let b = &blocks[i];
@@ -594,13 +604,7 @@ impl CoalescingHeap {
         }
         let size = b.size();
         *live_bytes -= size;
-        let merged = file_free(
-            &mut blocks,
-            &mut lists[slot].index,
-            (*wilderness, wild),
-            slot,
-            i,
-        );
+        let merged = file_free(&mut blocks, index, (*wilderness, wild), slot, i);
         let merged = &blocks[merged];
         let whole = merged.prev_phys == NIL && merged.next_phys == NIL;
         Ok((size, whole.then_some(merged.addr)))
