@@ -40,7 +40,7 @@
 //! - **Use and cost**: the general-purpose suballocator. Allocation and free are O(1) and
 //!   allocate on the host only to grow their tables (amortized) and on a stream's first use
 //!   (30–45 ns per operation on W1, W2, W3 on the 2-core build machine, as its speed goes;
-//!   on the lent H100's host 27–28 ns in its fast phases and medians of 33–39 over twelve
+//!   on the lent H100's hosts 27–32 ns in their fast phases and medians of 33–47 over 12–16
 //!   processes a list, measured through `bench::run_named`, which inlines these calls:
 //!   README, "Session 15 on the lent H100"); growth costs one upstream
 //!   call, or a free-memory query, two driver calls per handle mapped (at most 64) and one
