@@ -1,6 +1,8 @@
 //! The resource chains emm names: one place that turns `pool` or `arena` into a chain, shared
 //! by the built-in managers (`EMM_MEMORY_MANAGER=pool`), `emm bench`, `emm replay` and
-//! `reinitialize`.
+//! `reinitialize`. [`build`] gives the chain as `Arc<dyn DeviceMemoryResource>`;
+//! [`with_named`] hands a builder of its own type to a [`WithResource`], for work compiled for
+//! that type (`bench::run_named`).
 //!
 //! Their pools take chunks from `cuMemAlloc` (`Backing::Chunks`), not an expandable segment:
 //! the managers built on these chains export memory with `cuIpcGetMemHandle`, which takes
