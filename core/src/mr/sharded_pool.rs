@@ -14,12 +14,12 @@
 //!   live bytes (at most 4 × the request), so that large blocks freed later merge in it.
 //! - **Memory held**: chunks move between shards when memory is needed, not when it is freed.
 //!   A shard keeps its *recent peak* of live bytes — the largest over the last
-//!   [`PEAK_WINDOW`] allocations, and before that a peak that halves its distance to each
+//!   `PEAK_WINDOW` allocations, and before that a peak that halves its distance to each
 //!   window's largest — since its thread will likely climb there again. A growing shard takes,
 //!   in this order: another shard's wholly free chunks beyond 1.05 × that shard's recent peak
 //!   (from the shard with the most beyond it first; the smallest that fits, then more up to
 //!   8 MiB or 1/8 of the thief's live bytes); a chunk from the shared pool, while the shared
-//!   pool then holds at most [`HELD_BUDGET`] (1.20) × the largest total of live bytes a grower
+//!   pool then holds at most `HELD_BUDGET` (1.20) × the largest total of live bytes a grower
 //!   has seen (each shard publishes its live bytes as it unlocks); else other shards' wholly
 //!   free chunks
 //!   beyond 1.05 × their live bytes (as before peaks were kept; again the richest shard first),
@@ -76,7 +76,7 @@ use crate::sync::{thread_local, AtomicU64, AtomicUsize, Ordering, SpinGuard, Spi
 const NAME: &str = "ShardedPoolResource";
 
 /// Shards take chunks of the request rounded up to this (1 MiB) from the shared pool (more for
-/// a shard with much live, [`grow_chunk`]). Measured
+/// a shard with much live, `grow_chunk`). Measured
 /// here (README, "Many threads"): while shards gave chunks back on frees, W1 (1 B to 1 MiB) by
 /// one thread moved 254 chunks through the shared pool per 1 000 operations with 512 KiB
 /// chunks, 27 with 2 MiB and 2 with 8 MiB; once shards keep their chunks, the size sets how
