@@ -361,13 +361,23 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
         stream: StreamId,
     ) -> MrResult<()> {
         if st.heap.is_first(stream) {
-            return st
-                .heap
-                .deallocate(ptr.0, bytes as u64, 0)
-                .map(|_| ())
-                .map_err(|e| invalid_free(ptr, bytes, e));
+            return Self::deallocate_in(st, ptr, bytes, 0);
         }
         Self::deallocate_later_slot(st, ptr, bytes, stream)
+    }
+
+    /// Frees `ptr` into `slot`'s lists (a constant 0 on the common path, once inlined).
+    #[inline(always)]
+    fn deallocate_in(
+        st: &mut PoolState,
+        ptr: DevicePtr,
+        bytes: usize,
+        slot: usize,
+    ) -> MrResult<()> {
+        st.heap
+            .deallocate(ptr.0, bytes as u64, slot)
+            .map(|_| ())
+            .map_err(|e| invalid_free(ptr, bytes, e))
     }
 
     /// [`Self::deallocate_locked`] on a stream other than the first (see
@@ -385,10 +395,7 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
             None if st.heap.is_live(ptr.0) => st.heap.slot(stream),
             None => return Err(invalid_free(ptr, bytes, FreeError::NotLive)),
         };
-        st.heap
-            .deallocate(ptr.0, bytes as u64, slot)
-            .map(|_| ())
-            .map_err(|e| invalid_free(ptr, bytes, e))
+        Self::deallocate_in(st, ptr, bytes, slot)
     }
 
     /// Nothing in `stream`'s lists fits: take another stream's memory, or grow.

@@ -162,9 +162,10 @@ impl CoalescingHeap {
     #[inline]
     pub(crate) fn slot_of(&self, stream: StreamId) -> Option<usize> {
         // The first stream is looked at inline: most users have one.
-        match self.lists.first() {
-            Some(l) if l.stream == stream => Some(0),
-            _ => self.slot_of_later(stream),
+        if self.is_first(stream) {
+            Some(0)
+        } else {
+            self.slot_of_later(stream)
         }
     }
 
