@@ -187,13 +187,19 @@ if by_round:
             if not peer_meds or (n, w) not in med:
                 continue
             best, peer = min(peer_meds)
-            ways["median against median"].append(f"{w} {best / med[(n, w)]:.1f}× ({peer})")
-            ways["fastest against fastest"].append(
-                f"{w} {min(cells[(peer, w)]) / min(cells[(n, w)]):.1f}×")
+            if not (med[(n, w)] > 0 and min(cells[(n, w)]) > 0):
+                continue
+            entry = {"allocator": n, "workload": w, "best_peer": peer,
+                     "median_against_median": best / med[(n, w)],
+                     "fastest_against_fastest": min(cells[(peer, w)]) / min(cells[(n, w)])}
+            ways["median against median"].append(f"{w} {entry['median_against_median']:.1f}× ({peer})")
+            ways["fastest against fastest"].append(f"{w} {entry['fastest_against_fastest']:.1f}×")
             mine = dict(by_round[(n, w)])
             paired = [ns / mine[r] for r, ns in by_round[(peer, w)] if mine.get(r)]
             if paired:
+                entry["median_ratio_within_a_round"] = statistics.median(paired)
                 ways["median of the ratios within a round"].append(f"{w} {statistics.median(paired):.1f}×")
+            report.setdefault("rounds_ratios", []).append(entry)
         if ways["median against median"]:
             out += ["", f"{n} against the best peer (the lowest median): "
                     + "; ".join(f"{way} " + ", ".join(r) for way, r in ways.items() if r) + "."]

@@ -115,6 +115,7 @@ fn the_report_summarizes_the_rounds_three_ways() {
         "{md}"
     );
     assert!(json.contains("\"rounds\""), "{json}");
+    assert!(json.contains("\"fastest_against_fastest\": 10.0"), "{json}");
 }
 
 #[test]
