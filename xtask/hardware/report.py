@@ -198,7 +198,8 @@ if by_round:
             paired = [ns / mine[r] for r, ns in by_round[(peer, w)] if mine.get(r)]
             if paired:
                 entry["median_ratio_within_a_round"] = statistics.median(paired)
-                ways["median of the ratios within a round"].append(f"{w} {statistics.median(paired):.1f}×")
+                ways["median of the ratios within a round"].append(
+                    f"{w} {entry['median_ratio_within_a_round']:.1f}×")
             report.setdefault("rounds_ratios", []).append(entry)
         if ways["median against median"]:
             out += ["", f"{n} against the best peer (the lowest median): "
