@@ -94,13 +94,26 @@ if gate:
     out += [f"- {l}" for l in gate.splitlines()]
 out += ["", "## Standard workloads on this GPU (`emm bench --backend cuda`)", "",
         "| resource | W1 ns/op | W2 ns/op | W3 ns/op | held / peak live W1 · W2 · W3 |", "|---|---:|---:|---:|---|"]
+def held_cell(r):
+    """Held over peak live bytes, `-` where the workload did not run, `none` where nothing was
+    held on the device although bytes were live (managed memory, never touched)."""
+    if r is None:
+        return "-"
+    if r["peak_held_bytes"] == 0 and r["peak_live_bytes"] > 0:
+        return "none"
+    return f"{r['peak_held_bytes'] / max(1, r['peak_live_bytes']):.3f}"
+
+
 by = {}
 for r in bench:
     by.setdefault(r["resource"], {})[r["workload"]] = r
 for name, w in by.items():
     ns = [f"{w[k]['ns_per_op']:.0f}" if k in w else "-" for k in ("W1", "W2", "W3")]
-    held = " · ".join(f"{w[k]['peak_held_bytes'] / max(1, w[k]['peak_live_bytes']):.3f}" if k in w else "-" for k in ("W1", "W2", "W3"))
+    held = " · ".join(held_cell(w.get(k)) for k in ("W1", "W2", "W3"))
     out.append(f"| {name} | {ns[0]} | {ns[1]} | {ns[2]} | {held} |")
+if any(held_cell(r) == "none" for r in bench):
+    out += ["", "none: the device's free memory never moved, as managed memory is placed on first "
+            "touch and the benchmark touches none of it."]
 sim_by = {(r["resource"], r["workload"]): r for r in sim_bench}
 # Resources whose every operation is one driver call: the simulator's virtual clock, which
 # charges driver calls only, times them whole. A suballocator serves from host code it does not

@@ -121,7 +121,7 @@ echo "==> emm bench on this GPU"
 "$HERE/bin/host_floor" > "$RESULTS/host-floor.txt" 2>&1
 "$EMM" bench --backend cuda --json ${BENCH_RESOURCES:+--resource "$BENCH_RESOURCES"} > "$RESULTS/bench-emm.jsonl" 2> "$RESULTS/bench-emm.err"
 echo "==> emm bench on the simulated GPU (for the cost model's predictions)"
-"$EMM" bench --backend sim --resource cuda,async,pool --json > "$RESULTS/bench-sim.jsonl" 2> "$RESULTS/bench-sim.err"
+"$EMM" bench --backend sim --resource cuda,async,managed,pool --json > "$RESULTS/bench-sim.jsonl" 2> "$RESULTS/bench-sim.err"
 
 fi
 

@@ -132,9 +132,19 @@ fn the_cost_model_is_compared_only_where_it_times_every_operation() {
              \"peak_held_bytes\":1,\"peak_live_bytes\":1}}\n"
         )
     };
-    let measured = line("cuda", "W1", 7000.0, "ns_per_op") + &line("pool", "W1", 40.0, "ns_per_op");
+    // Managed memory is placed on first touch, which the benchmark never does: nothing held.
+    let untouched = |key: &str, ns: f64| {
+        format!(
+            "{{\"resource\":\"managed\",\"workload\":\"W1\",\"ops\":1,\"{key}\":{ns},\
+             \"peak_held_bytes\":0,\"peak_live_bytes\":4096}}\n"
+        )
+    };
+    let measured = line("cuda", "W1", 7000.0, "ns_per_op")
+        + &line("pool", "W1", 40.0, "ns_per_op")
+        + &untouched("ns_per_op", 10000.0);
     let predicted = line("cuda", "W1", 4200.0, "virtual_ns_per_op")
-        + &line("pool", "W1", 0.2, "virtual_ns_per_op");
+        + &line("pool", "W1", 0.2, "virtual_ns_per_op")
+        + &untouched("virtual_ns_per_op", 4500.0);
     std::fs::write(dir.join("bench-emm.jsonl"), measured).unwrap();
     std::fs::write(dir.join("bench-sim.jsonl"), predicted).unwrap();
     report(&dir);
@@ -149,6 +159,26 @@ fn the_cost_model_is_compared_only_where_it_times_every_operation() {
     let pool_only = std::fs::read_to_string(dir.join("report.md")).unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
     assert!(md.contains("| cuda | W1 | 4200 | 7000 | 0.60 |"), "{md}");
+    assert!(
+        md.contains("| managed | W1 | 4500 | 10000 | 0.45 |"),
+        "{md}"
+    );
+    assert!(
+        md.contains("| managed | 10000 | - | - | none · - · - |"),
+        "no device memory held is no ratio of 0: {md}"
+    );
+    assert!(
+        md.contains("| cuda | 7000 | - | - | 1.000 · - · - |"),
+        "{md}"
+    );
+    assert!(
+        md.contains("none: the device's free memory never moved"),
+        "{md}"
+    );
+    assert!(
+        !pool_only.contains("none: the device"),
+        "the note only where a cell needs it: {pool_only}"
+    );
     assert!(
         !md.contains("| pool | W1 | 0 |"),
         "a pool's host time is not modelled: {md}"

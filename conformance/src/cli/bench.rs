@@ -312,12 +312,12 @@ fn print_result(r: &BenchResult, backend: &str, device: &str, virtual_ns: Option
     } else {
         let virt = virtual_ns.map_or(String::new(), |ns| format!(" {ns:>14.0}"));
         println!(
-            "{:<10} {:<4} {:>9} {:>11.1} {:>14.3}{virt}",
+            "{:<10} {:<4} {:>9} {:>11.1} {:>14}{virt}",
             r.resource,
             r.workload,
             r.ops,
             r.ns_per_op,
-            r.held_over_live()
+            r.held_cell()
         );
     }
 }

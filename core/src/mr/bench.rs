@@ -77,6 +77,17 @@ impl BenchResult {
         self.peak_held_bytes as f64 / self.peak_live_bytes.max(1) as f64
     }
 
+    /// [`Self::held_over_live`] as a table shows it: `none` when bytes were live but the device's
+    /// free memory never moved — managed memory, placed on first touch, which a replay never
+    /// does — since that is no ratio of 0.
+    pub fn held_cell(&self) -> String {
+        if self.peak_held_bytes == 0 && self.peak_live_bytes > 0 {
+            "none".to_string()
+        } else {
+            format!("{:.3}", self.held_over_live())
+        }
+    }
+
     /// One JSON object on one line, with the fields `resource`, `workload`, `ops`,
     /// `ns_per_op`, `peak_held_bytes`, `peak_live_bytes`.
     pub fn to_json(&self) -> String {
@@ -386,6 +397,21 @@ mod tests {
             "{\"resource\":\"binning(\\\"pool\\\")\",\"workload\":\"W1\",\"ops\":10,\"ns_per_op\":12.3,\"peak_held_bytes\":300,\"peak_live_bytes\":200}"
         );
         assert!((r.held_over_live() - 1.5).abs() < 1e-9);
+        assert_eq!(r.held_cell(), "1.500");
+        let untouched = BenchResult {
+            peak_held_bytes: 0,
+            ..r.clone()
+        };
+        assert_eq!(
+            untouched.held_cell(),
+            "none",
+            "managed memory never touched"
+        );
+        let nothing = BenchResult {
+            peak_live_bytes: 0,
+            ..untouched
+        };
+        assert_eq!(nothing.held_cell(), "0.000");
     }
 
     #[test]
