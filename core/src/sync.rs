@@ -59,7 +59,7 @@ pub(crate) use loom_thread_local as thread_local;
 ///
 /// A waiter spins briefly, then yields its core, then sleeps in short naps (a holder may be
 /// growing the pool through the driver, which takes milliseconds); there is no poisoning
-/// (nothing panics while the pool's lock is held).
+/// (nothing panics while the pool's lock is held but a heap whose links a bug broke).
 #[cfg(not(loom))]
 mod spin {
     use std::cell::{Cell, UnsafeCell};

@@ -138,11 +138,12 @@ pub(crate) const SENTINEL: Block = Block {
 
 /// A slab of [`Block`] records; number [`NIL`] is the sentinel.
 ///
-/// Its length is always a power of two and every record number is masked with the length
-/// minus one shifted by [`STEP`] (which changes no number the heap holds), so a view of the
-/// records ([`Blocks`]) reads and writes with no bounds check and still never outside the slab: the checks and the reloads
-/// of the slab's base and length around them were about a tenth of the pool's instructions
-/// (callgrind, W3). Vacant records are chained through `next_free` (no side stack to grow on
+/// Its length is always a power of two and every record number is checked against the length
+/// minus one shifted by [`STEP`] ([`super::masked`]), so a view of the records ([`Blocks`])
+/// reads and writes with no bounds check of Rust's form (the checks and the reloads of the
+/// slab's base and length around them were about a tenth of the pool's instructions, W3) and
+/// never outside the slab: a number that names no record, which only a broken link could
+/// hold, panics. Vacant records are chained through `next_free` (no side stack to grow on
 /// the hot path), and the slab grows only through [`BlockSlab::reserve`], before a caller
 /// takes its view.
 #[derive(Debug, Clone)]
@@ -257,7 +258,7 @@ impl BlockSlab {
     }
 }
 
-/// A slab's records by number (masked: see [`BlockSlab`]), with its vacant chain.
+/// A slab's records by number (checked: see [`BlockSlab`]), with its vacant chain.
 pub(crate) struct Blocks<'a> {
     records: Masked<&'a mut [Block], STEP>,
     vacant: &'a mut u32,
@@ -317,7 +318,7 @@ impl std::ops::IndexMut<u32> for Blocks<'_> {
     }
 }
 
-/// A slab's records by number, read-only (masked: see [`BlockSlab`]).
+/// A slab's records by number, read-only (checked: see [`BlockSlab`]).
 #[derive(Clone, Copy)]
 pub(crate) struct Records<'a>(Masked<&'a [Block], STEP>);
 
@@ -392,15 +393,19 @@ mod tests {
             number(1),
             "the view's removal is the slab's"
         );
-        // Any number names a record of the slab: the low bits and those past its length are
-        // masked off, on the hot path's view and on the slow paths' lookups alike.
+    }
+
+    #[test]
+    fn a_number_past_the_slab_or_between_records_is_a_broken_link() {
+        let slab = BlockSlab::default();
         let len = slab.blocks.len();
-        let far = number(2) | 3 | (len << STEP) as u32;
-        assert_eq!(slab.get(far).units, 2);
-        assert_eq!(slab.records()[far].units, 2);
-        assert_eq!(slab.view()[far].units, 2);
-        slab.get_mut(far).units = 9;
-        assert_eq!(slab.get(number(2)).units, 9);
+        for far in [(len << STEP) as u32, number(1) | 3] {
+            // On the hot path's view and on the slow paths' lookups alike.
+            let view = std::panic::catch_unwind(|| slab.records()[far].units);
+            let get = std::panic::catch_unwind(|| slab.get(far).units);
+            assert!(view.is_err() && get.is_err(), "{far:#x}");
+        }
+        assert_eq!(slab.get(NIL), &SENTINEL);
     }
 
     #[test]

@@ -1,11 +1,16 @@
-//! [`Masked`]: a non-empty slice of power-of-two length indexed by masked numbers, never out
-//! of bounds, so never checked.
+//! [`Masked`]: a non-empty slice of power-of-two length indexed by numbers checked against a
+//! mask, with no bounds check of the usual form.
 //!
-//! The pool's block slab has a power-of-two length, where the mask changes no number it
-//! holds; masking then costs one `and` where a bounds check cost a compare, a branch and,
-//! around it, reloads of the slab's base and length (about a tenth of the pool's instructions
-//! on W3 by callgrind). The `unsafe` is local: a number masked as below names an element of a
-//! slice that is not empty, whatever it was.
+//! The pool's block slab has a power-of-two length, so the numbers that name its elements are
+//! exactly those with no bit outside one mask. A number is checked with one `test` against it
+//! and a branch to a panic that a sound heap never takes; the load's address is the number
+//! itself. Rust's bounds check cost a compare, a branch and, around it, reloads of the slab's
+//! base and length (about a tenth of the pool's instructions on W3 by callgrind); masking the
+//! number instead (`n & mask`, sessions 10–16) cost one instruction but put it between every
+//! two dependent loads of a list walk, a cycle each: the check, off the address's path, ran
+//! the pool 1–3 % faster on the lent hosts for 9 more instructions an operation
+//! (`docs/results/2026-11-27-h200-s17/`). The `unsafe` is local: a number that passes the
+//! check names an element of a slice that is not empty.
 //!
 //! Element `k` is numbered `k << STEP`, so that its byte offset is the number times
 //! `size_of::<T>() >> STEP`: with 32-byte records and `STEP` 2 that is 8, which x86-64 folds
@@ -35,6 +40,13 @@ const fn fits<T, const STEP: u32>() -> bool {
     size_of::<T>().is_multiple_of(1 << STEP) && size_of::<T>() >= (1 << STEP)
 }
 
+/// A number that names no element: a broken link, which is a bug of the heap.
+#[cold]
+#[inline(never)]
+fn not_an_element(n: usize, mask: usize) -> ! {
+    panic!("{n:#x} names no element of a slab numbered up to {mask:#x}: a broken link")
+}
+
 impl<'a, T, const STEP: u32> Masked<&'a [T], STEP> {
     /// `slice`.
     ///
@@ -55,20 +67,31 @@ impl<'a, T, const STEP: u32> Masked<&'a [T], STEP> {
         }
     }
 
-    /// The element numbered `n & mask`.
+    /// The element numbered `n`.
+    ///
+    /// # Panics
+    ///
+    /// When `n` names no element (a broken link).
     #[inline(always)]
     pub(crate) fn get(&self, n: usize) -> &'a T {
-        let k = n & self.mask;
-        #[allow(
-            unsafe_code,
-            reason = "a masked number names an element by construction"
-        )]
-        // SAFETY: `mask` is `(len - 1) << STEP` for a slice that is not empty and a power of
-        // two long (`new`, `new_unchecked`, `shared`), so `k >> STEP <= len - 1`, and `k`'s
-        // low `STEP` bits are clear: the offset is that of element `k >> STEP`.
+        let k = self.check(n);
+        #[allow(unsafe_code, reason = "a checked number names an element")]
+        // SAFETY: `check` passed, so `k >> STEP <= len - 1` and `k`'s low `STEP` bits are
+        // clear: the offset is that of element `k >> STEP`.
         unsafe {
             &*self.slice.as_ptr().byte_add(offset::<T, STEP>(k))
         }
+    }
+
+    /// `n`, when it names an element: no bit outside `mask`. `mask` is `(len - 1) << STEP` for
+    /// a slice that is not empty and a power of two long (`new`, `new_unchecked`, `shared`),
+    /// so its ones are exactly the bits an element's number may have.
+    #[inline(always)]
+    fn check(&self, n: usize) -> usize {
+        if n & !self.mask != 0 {
+            not_an_element(n, self.mask);
+        }
+        n
     }
 }
 
@@ -89,26 +112,24 @@ impl<'a, T, const STEP: u32> Masked<&'a mut [T], STEP> {
         Masked { slice, mask }
     }
 
-    /// The element numbered `n & mask`.
+    /// The element numbered `n` (panics as [`Masked::get`] does).
     #[inline(always)]
     pub(crate) fn get(&self, n: usize) -> &T {
         self.shared().get(n)
     }
 
-    /// The element numbered `n & mask`, mutably.
+    /// The element numbered `n`, mutably (panics as [`Masked::get`] does).
     #[inline(always)]
     pub(crate) fn get_mut(&mut self, n: usize) -> &mut T {
         self.reborrow().into_mut(n)
     }
 
-    /// The element numbered `n & mask`, mutably, for as long as the slice is borrowed.
+    /// The element numbered `n`, mutably, for as long as the slice is borrowed (panics as
+    /// [`Masked::get`] does).
     #[inline(always)]
     pub(crate) fn into_mut(self, n: usize) -> &'a mut T {
-        let k = n & self.mask;
-        #[allow(
-            unsafe_code,
-            reason = "a masked number names an element by construction"
-        )]
+        let k = self.shared().check(n);
+        #[allow(unsafe_code, reason = "a checked number names an element")]
         // SAFETY: as in `get`; `self` gives up its borrow of the slice.
         unsafe {
             &mut *self.slice.as_mut_ptr().byte_add(offset::<T, STEP>(k))
@@ -139,28 +160,51 @@ mod tests {
     use super::Masked;
 
     #[test]
-    fn a_number_wraps_into_the_slice() {
+    fn a_number_names_its_element() {
         let mut v = [10, 11, 12, 13];
         let m = Masked::<&[i32], 0>::new(&v);
-        assert_eq!((*m.get(1), *m.get(5), *m.get(usize::MAX)), (11, 11, 13));
+        assert_eq!((*m.get(0), *m.get(1), *m.get(3)), (10, 11, 13));
         // SAFETY: not empty, a power of two long.
         #[allow(unsafe_code, reason = "the unchecked constructor under test")]
         let mut m = unsafe { Masked::<&mut [i32], 0>::new_unchecked(&mut v) };
-        *m.get_mut(6) = 7;
+        *m.get_mut(2) = 7;
         assert_eq!(*m.get(2), 7);
         assert_eq!(v, [10, 11, 7, 13]);
     }
 
     #[test]
-    fn a_stepped_number_names_its_element_and_its_low_bits_are_dropped() {
+    fn a_stepped_number_names_its_element() {
         let v = [[1u64, 2], [3, 4], [5, 6], [7, 8]];
         let m = Masked::<&[[u64; 2]], 2>::new(&v);
-        // Element k is numbered 4k; the low two bits and the bits past the length are masked.
-        assert_eq!((m.get(0), m.get(4), m.get(12)), (&[1, 2], &[3, 4], &[7, 8]));
+        // Element k is numbered 4k.
         assert_eq!(
-            (m.get(7), m.get(16 + 8), m.get(usize::MAX)),
-            (&[3, 4], &[5, 6], &[7, 8])
+            (m.get(0), m.get(4), m.get(8), m.get(12)),
+            (&[1, 2], &[3, 4], &[5, 6], &[7, 8])
         );
+    }
+
+    #[test]
+    #[should_panic(expected = "0x10 names no element of a slab numbered up to 0xc")]
+    fn a_number_past_the_slice_is_refused() {
+        let v = [[1u64, 2], [3, 4], [5, 6], [7, 8]];
+        let _ = Masked::<&[[u64; 2]], 2>::new(&v).get(16);
+    }
+
+    #[test]
+    #[should_panic(expected = "0x5 names no element")]
+    fn a_number_between_elements_is_refused() {
+        let v = [[1u64, 2], [3, 4], [5, 6], [7, 8]];
+        let _ = Masked::<&[[u64; 2]], 2>::new(&v).get(5);
+    }
+
+    #[test]
+    #[should_panic(expected = "names no element")]
+    fn a_number_past_a_mutable_slice_is_refused() {
+        let mut v = [10, 11, 12, 13];
+        // SAFETY: not empty, a power of two long.
+        #[allow(unsafe_code, reason = "the unchecked constructor under test")]
+        let mut m = unsafe { Masked::<&mut [i32], 0>::new_unchecked(&mut v) };
+        *m.get_mut(usize::MAX) = 1;
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! - [`addr_map`]: address → record index, an open-addressing hash table.
 //! - [`block`]: host-side records of device memory blocks, in a slab.
 //! - [`live_index`]: the heap's live blocks by address, chained through their records.
-//! - [`masked`]: a power-of-two table indexed with a mask instead of a bounds check.
+//! - [`masked`]: a power-of-two table indexed by numbers checked against a mask, off the loads'
+//!   address path.
 //! - [`context_scope`]: the resource's own context current for a slow path's driver calls.
 //! - [`tlsf`]: two-level segregated fit free lists with constant-time search.
 //! - [`heap`]: a coalescing suballocator over upstream chunks with per-stream TLSF lists.
