@@ -280,8 +280,7 @@ impl CoalescingHeap {
         // The split below may need a record; the view cannot grow the slab.
         slab.reserve();
         let mut blocks = slab.view();
-        let i = index.find(blocks.records(), size)?;
-        index.remove(&mut blocks, i);
+        let i = index.take(&mut blocks, size)?;
         let Block {
             addr,
             units: found,
