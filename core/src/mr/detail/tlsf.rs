@@ -157,10 +157,16 @@ impl TlsfIndex {
         blocks[next_free].prev_free = prev_free;
         blocks[prev_free].next_free = next_free;
         let list = class as usize & (LISTS - 1);
-        let (fl, sl) = (list / SL_COUNT, list % SL_COUNT);
         debug_assert!(prev_free != NIL || self.heads[list] == i);
         let head = self.heads[list];
-        let head = if head == i { next_free } else { head };
+        self.set_head(list, if head == i { next_free } else { head });
+    }
+
+    /// Makes `head` the head of `list` (`list` below [`LISTS`]), clearing the list's bit, and
+    /// its first level's when that empties the level, if `head` is [`NIL`].
+    #[inline(always)]
+    fn set_head(&mut self, list: usize, head: u32) {
+        let (fl, sl) = (list / SL_COUNT, list % SL_COUNT);
         self.heads[list] = head;
         self.sl_bitmap[fl] &= !(u32::from(head == NIL) << sl);
         self.fl_bitmap &= !(u64::from(self.sl_bitmap[fl] == 0) << fl);
@@ -201,10 +207,7 @@ impl TlsfIndex {
         let next = blocks[i].next_free;
         // The sentinel's link when `i` was the list's only block.
         blocks[next].prev_free = NIL;
-        self.heads[list] = next;
-        let (fl, sl) = (list / SL_COUNT, list % SL_COUNT);
-        self.sl_bitmap[fl] &= !(u32::from(next == NIL) << sl);
-        self.fl_bitmap &= !(u64::from(self.sl_bitmap[fl] == 0) << fl);
+        self.set_head(list, next);
     }
 
     /// [`TlsfIndex::find`]'s search: the block, and its list when it is that list's head
@@ -292,6 +295,15 @@ mod tests {
         }
     }
 
+    /// Lists holding records 1 to `count` of `blocks` (those after the sentinel).
+    fn filed(blocks: &mut Blocks<'_>, count: usize) -> TlsfIndex {
+        let mut t = TlsfIndex::default();
+        for k in 1..=count {
+            t.insert(blocks, number(k));
+        }
+        t
+    }
+
     /// The classes as first written: a first level from the most significant bit, with the
     /// exact classes (below 32 granules) at first level 0.
     fn reference_class_of_units(units: u64) -> (usize, usize) {
@@ -370,10 +382,7 @@ mod tests {
         let records: Vec<Block> = sizes.iter().map(|&s| block(s)).collect();
         let mut slab = BlockSlab::of(&records);
         let mut blocks = slab.view();
-        let mut t = TlsfIndex::default();
-        for k in 1..=sizes.len() {
-            t.insert(&mut blocks, number(k));
-        }
+        let mut t = filed(&mut blocks, sizes.len());
         assert_eq!(t.free_blocks(blocks.records()), sizes.len());
         for want in [
             256u64,
@@ -418,10 +427,7 @@ mod tests {
         let records: Vec<Block> = sizes.iter().map(|&u| block(u * GRANULE)).collect();
         let mut slab = BlockSlab::of(&records);
         let mut blocks = slab.view();
-        let mut t = TlsfIndex::default();
-        for k in 1..=sizes.len() {
-            t.insert(&mut blocks, number(k));
-        }
+        let mut t = filed(&mut blocks, sizes.len());
         let found = |t: &TlsfIndex, blocks: &Blocks<'_>, units: u64| {
             t.find(blocks.records(), units * GRANULE)
                 .map(|i| blocks[i].units)
@@ -451,10 +457,7 @@ mod tests {
         let records: Vec<Block> = sizes.iter().map(|&u| block(u * GRANULE)).collect();
         let mut slab = BlockSlab::of(&records);
         let mut blocks = slab.view();
-        let mut t = TlsfIndex::default();
-        for k in 1..=sizes.len() {
-            t.insert(&mut blocks, number(k));
-        }
+        let mut t = filed(&mut blocks, sizes.len());
         let listed = |t: &TlsfIndex, blocks: &Blocks<'_>| {
             let mut all = Vec::new();
             t.collect(blocks.records(), &mut all);
