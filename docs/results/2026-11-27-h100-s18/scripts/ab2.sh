@@ -1,9 +1,9 @@
-# Session 16, calls 2, 3 and 5: builds of the A/B driver (stripped into hw/ab/prof_<build>)
-# interleaved, VMM=1; each process's median and fastest of 7 passes into $OUT/ab.txt.
-#   call 2: BUILDS="base sl6 sl6l4" ROUNDS=30 bash ab.sh
-#   call 3: BUILDS="base bl" ROUNDS=40 bash ab.sh
-#   call 5: BUILDS="base bl blsl6" ROUNDS=40 bash ab.sh
-# then `python3 summ.py $OUT/ab.txt "$BUILDS"` splits the processes by the host's two speeds.
+# Session 18, calls 3-6 and 9: session 16's ab.sh with PASSES passes a process (default 7).
+# Builds of the A/B driver (stripped into hw/ab/prof_<build>) interleaved, VMM=1; each
+# process's fourth-fastest pass (the median of 7) and fastest pass into $OUT/ab.txt, e.g.
+#   PASSES=11 BUILDS="base flc" ROUNDS=70 bash hw/ab2.sh
+# then `python3 summ.py` and `python3 pair.py $OUT/ab.txt "$BUILDS"`. The summary's heading
+# below says "of 7" whatever PASSES was (as it ran).
 set -u
 R=$OUT
 uptime > $R/host.txt 2>&1; nproc >> $R/host.txt; grep "model name" /proc/cpuinfo | head -1 >> $R/host.txt

@@ -1,5 +1,5 @@
 # Paired A/B: each round ran every build back to back; the ratio build/base per round and
-# workload (median pass and min pass of 7), median over rounds; and over rounds where both
+# workload (ab2.sh's fourth-fastest pass, then its fastest), median over rounds; and over rounds where both
 # processes ran fast (under 40 ns).
 import statistics as st, sys
 rows = [l.split() for l in open(sys.argv[1])]
