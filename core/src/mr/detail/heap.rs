@@ -21,7 +21,7 @@ use crate::driver::StreamId;
 use super::addr_map::AddrMap;
 use super::block::{Block, BlockSlab, Blocks, LIVE, MAX_BLOCK, NIL};
 use super::live_index::LiveIndex;
-use super::tlsf::{TlsfIndex, GRANULE};
+use super::tlsf::{OwnClass, TlsfIndex, GRANULE};
 
 /// The owner of a free block in quarantine: set aside from a stream whose slot a new stream
 /// took, usable by no stream until a context synchronize ([`CoalescingHeap::unify`]).
@@ -256,15 +256,32 @@ impl CoalescingHeap {
 
     /// Takes a block of `size` bytes (a positive granule multiple) from `slot`'s lists, splits
     /// off the rest, and records it live with `requested` bytes. `None` if `slot` has no block
-    /// large enough.
+    /// large enough. The search scans the own class ([`OwnClass::Scan`]).
     ///
     /// # Time complexity
     ///
     /// O(1): a TLSF search, one unlink, at most one split and re-file, one map insert.
+    #[inline(always)]
+    pub(crate) fn allocate(&mut self, slot: usize, size: u64, requested: u64) -> Option<u64> {
+        self.allocate_with(OwnClass::Scan, slot, size, requested)
+    }
+
+    /// [`CoalescingHeap::allocate`], looking at the own class as `own` says (a constant at
+    /// the call, so that the search's other form is compiled away).
+    ///
+    /// # Time complexity
+    ///
+    /// O(1), as `allocate`.
     // Inlined into the resources' allocate: as a call of its own, with the free's, it cost 23
     // instructions an op (callgrind, W3).
     #[inline(always)]
-    pub(crate) fn allocate(&mut self, slot: usize, size: u64, requested: u64) -> Option<u64> {
+    pub(crate) fn allocate_with(
+        &mut self,
+        own: OwnClass,
+        slot: usize,
+        size: u64,
+        requested: u64,
+    ) -> Option<u64> {
         // One view of the records for the whole operation, apart from the other fields: the
         // compiler then keeps the slab's base and length in registers.
         let CoalescingHeap {
@@ -280,7 +297,7 @@ impl CoalescingHeap {
         // The split below may need a record; the view cannot grow the slab.
         slab.reserve();
         let mut blocks = slab.view();
-        let i = index.take(&mut blocks, size)?;
+        let i = index.take(&mut blocks, size, own)?;
         let Block {
             addr,
             units: found,

@@ -309,6 +309,8 @@ impl ExpandableSegment {
         };
         if short {
             if heap.coalesce_streams(stream, || driver.context_synchronize())? {
+                // Short of memory: the own class scanned, whatever the pool's search, for the
+                // tightest fit.
                 let p = heap.allocate(slot, size, requested);
                 if let Some(p) = p.or_else(|| heap.allocate_wild(slot, size, requested)) {
                     return Ok(p);

@@ -7,11 +7,12 @@
 //! whatever the number of free blocks — the design of Masmano et al. (2004) and of the `rlsf`
 //! crate, over host-side block records instead of in-band headers.
 //!
-//! A search first looks at the first [`EXACT_CLASS_SCAN`] blocks of the request's own class for
-//! one that fits (the tightest fit there is, short of a full best-fit search), then rounds the
-//! request up to the next class start ("good fit"), where any block is large enough. The
-//! bounded scan keeps the search constant-time and measured 1.14 → 1.08 held over peak live on
-//! W3 against good fit alone.
+//! A search first looks in the request's own class for a block that fits (the tightest fit
+//! there is, short of a full best-fit search), then rounds the request up to the next class
+//! start ("good fit"), where any block is large enough. How far it looks in the own class is
+//! its owner's choice ([`OwnClass`]): the first [`EXACT_CLASS_SCAN`] blocks, or the head
+//! alone without a branch. Either keeps the search constant-time; against good fit alone it
+//! measured 1.14 → 1.08 held over peak live on W3.
 
 use std::hint::select_unpredictable;
 
@@ -31,12 +32,27 @@ const LISTS: usize = 2048;
 const _: () = assert!(FL_COUNT * SL_COUNT <= LISTS && FL_COUNT <= 64);
 // A list index is stored in `Block::class`.
 const _: () = assert!(LISTS <= u16::MAX as usize);
-/// How many blocks of the request's own class a search looks at before the good fit. Held over
-/// peak live with 0 / 1 / 4 (`emm bench` on the simulated GPU, session 18): `pool` W3 1.140 /
-/// 1.080 / 1.080, `pool-vmm` W2 1.102 / 1.081 / 1.083, `sharded` W2 1.176 / 1.187 / 1.127. The
-/// head alone, taken by a select instead of a branch, ran 0–4 % faster on a lent H100 host;
-/// not worth the sharded pool's held memory.
+/// How many blocks of the request's own class an [`OwnClass::Scan`] search looks at before the
+/// good fit. Held over peak live with 0 / 1 / 4 (`emm bench` on the simulated GPU, session
+/// 18): `pool` W3 1.140 / 1.080 / 1.080, `pool-vmm` W2 1.102 / 1.081 / 1.083, `sharded` W2
+/// 1.176 / 1.187 / 1.127.
 pub(crate) const EXACT_CLASS_SCAN: usize = 4;
+
+/// How a search looks at the request's own size class before the good fit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OwnClass {
+    /// The first [`EXACT_CLASS_SCAN`] blocks, the first that fits: for heaps whose held
+    /// memory the extra steps keep down (the sharded pool's W2 1.187 → 1.127 held over peak
+    /// live against the head alone).
+    Scan,
+    /// The head alone, taken over the good fit's block by a select when it fits: no branch on
+    /// the own class, which mispredicted about one search in two on W3. The pool's choice:
+    /// held over peak live within 0.01 of the scan's (`pool-vmm` W1 / W2 / W3 1.072 / 1.081 /
+    /// 1.080 against 1.064 / 1.083 / 1.080), and faster on W1 / W2 / W3 by 1.6 / 4.1 / 0.0 %,
+    /// 5.2 / 0.8 / 2.0 % and 5.9 / −0.3 / 1.3 % in three A/Bs on lent H100 hosts
+    /// (`docs/results/2026-11-27-h100-s18`, `docs/results/2026-11-27-h100-s19`).
+    Head,
+}
 
 /// The size class of a block of `size` bytes (rounding down): the class it is filed in.
 #[cfg(test)]
@@ -184,17 +200,22 @@ impl TlsfIndex {
     /// O(1): at most [`EXACT_CLASS_SCAN`] list steps, then two find-first-set operations.
     #[inline]
     pub(crate) fn find(&self, blocks: Records<'_>, size: u64) -> Option<u32> {
-        self.search(blocks, size).map(|(i, _)| i)
+        self.search(blocks, size, OwnClass::Scan).map(|(i, _)| i)
     }
 
-    /// [`TlsfIndex::find`], and the block unlinked.
+    /// A free block of at least `size` bytes, looked for as `own` says, unlinked; or `None`.
     ///
     /// # Time complexity
     ///
     /// O(1), as `find`.
     #[inline(always)]
-    pub(crate) fn take(&mut self, blocks: &mut Blocks<'_>, size: u64) -> Option<u32> {
-        let (i, head_of) = self.search(blocks.records(), size)?;
+    pub(crate) fn take(
+        &mut self,
+        blocks: &mut Blocks<'_>,
+        size: u64,
+        own: OwnClass,
+    ) -> Option<u32> {
+        let (i, head_of) = self.search(blocks.records(), size, own)?;
         match head_of {
             // Found by the bitmaps: the head of a list just read, so the unlink needs neither
             // its back link nor the list's head again (on W1, nine searches in ten).
@@ -214,38 +235,58 @@ impl TlsfIndex {
         self.set_head(list, next);
     }
 
-    /// [`TlsfIndex::find`]'s search: the block, and its list when it is that list's head
-    /// found through the bitmaps.
+    /// The search: the block, and its list when it is that list's head.
     #[inline(always)]
-    fn search(&self, blocks: Records<'_>, size: u64) -> Option<(u32, Option<usize>)> {
-        // Budget: a few steps of the request's own class (closest to best fit, which measured
-        // 1.14 → 1.08 held over peak live on W3), then two find-first-set operations.
+    fn search(
+        &self,
+        blocks: Records<'_>,
+        size: u64,
+        own: OwnClass,
+    ) -> Option<(u32, Option<usize>)> {
+        // Budget: the request's own class (closest to best fit, which measured 1.14 → 1.08
+        // held over peak live on W3), then two find-first-set operations.
         let units = size >> GRANULE_SHIFT;
-        let (own, width) = list_of_units(units);
-        if own >= FL_COUNT * SL_COUNT {
+        let (own_list, width) = list_of_units(units);
+        if own_list >= FL_COUNT * SL_COUNT {
             return None;
         }
+        let own_list = own_list & (LISTS - 1);
         // Blocks of the own class may be large enough although the class as a whole is not,
-        // and fit more tightly than any block of a larger class. (The fit test first, standing
-        // for the emptiness test too as the sentinel's size is 0, cost 3 instructions an op and
-        // measured the same: sessions 14 and 15.)
-        let mut i = self.heads[own & (LISTS - 1)];
-        for _ in 0..EXACT_CLASS_SCAN {
-            if i == NIL {
-                break;
+        // and fit more tightly than any block of a larger class. With `OwnClass::Head`, its
+        // head when it fits, chosen over the good fit's block by the selects below; with
+        // `Scan`, `fits` is a constant false and the selects fold away. (One search written
+        // for both: as two, the compiler put a branch on `fits` back, and the head alone ran
+        // 3 % slower on W1 on a lent H100 host.)
+        let (head, fits) = match own {
+            OwnClass::Scan => {
+                // (The fit test first, standing for the emptiness test too as the sentinel's
+                // size is 0, cost 3 instructions an op and measured the same: sessions 14 and
+                // 15.)
+                let mut i = self.heads[own_list];
+                for _ in 0..EXACT_CLASS_SCAN {
+                    if i == NIL {
+                        break;
+                    }
+                    let b = &blocks[i];
+                    if u64::from(b.units) >= units {
+                        return Some((i, None));
+                    }
+                    i = b.next_free;
+                }
+                (NIL, false)
             }
-            let b = &blocks[i];
-            if u64::from(b.units) >= units {
-                return Some((i, None));
+            OwnClass::Head => {
+                let head = self.heads[own_list];
+                // The sentinel's size is 0: an empty list's head never fits.
+                (head, u64::from(blocks[head].units) >= units)
             }
-            i = b.next_free;
-        }
+        };
         // The first class whose every block is large enough: the own class when `size` starts
         // it, else the next (class indices are consecutive across first levels).
-        let start = own + usize::from(units & width != 0);
+        let start = own_list + usize::from(units & width != 0);
         let (fl, sl) = (start / SL_COUNT, start % SL_COUNT);
         if fl >= FL_COUNT {
-            return None;
+            return fits.then_some((head, Some(own_list)));
         }
         // `fl` itself when its classes from `sl` up hold a block, else the next non-empty first
         // level: chosen without a branch, which mispredicted about one search in four on W1.
@@ -253,13 +294,14 @@ impl TlsfIndex {
         let fl_map = self.fl_bitmap & u64::MAX.checked_shl(fl as u32 + 1).unwrap_or(0)
             | u64::from(sl_map != 0) << fl;
         if fl_map == 0 {
-            return None;
+            return fits.then_some((head, Some(own_list)));
         }
         let next_fl = fl_map.trailing_zeros() as usize;
         let sl_map = select_unpredictable(next_fl == fl, sl_map, self.sl_bitmap[next_fl & 63]);
         let sl = sl_map.trailing_zeros() as usize;
         let list = (next_fl * SL_COUNT + sl) & (LISTS - 1);
-        Some((self.heads[list], Some(list)))
+        let i = select_unpredictable(fits, head, self.heads[list]);
+        Some((i, Some(select_unpredictable(fits, own_list, list))))
     }
 
     /// Every block in the lists, in no particular order (for release and merging lists).
@@ -454,6 +496,33 @@ mod tests {
     }
 
     #[test]
+    fn the_head_alone_is_taken_when_it_fits_else_the_good_fit() {
+        // Class of 66-67 granules: 66 at its head, 67 behind it; 80 and 200 above.
+        let sizes = [67u64, 66, 80, 200];
+        let records: Vec<Block> = sizes.iter().map(|&u| block(u * GRANULE)).collect();
+        let mut slab = BlockSlab::of(&records);
+        let mut blocks = slab.view();
+        let mut t = filed(&mut blocks, sizes.len());
+        let taken = |t: &mut TlsfIndex, blocks: &mut Blocks<'_>, units: u64| {
+            t.take(blocks, units * GRANULE, OwnClass::Head)
+                .map(|i| blocks[i].units)
+        };
+        // 67 granules: the head (66) does not fit and the scan is not made, so the good fit's
+        // 80 is taken, though 67 sits in the own class.
+        assert_eq!(taken(&mut t, &mut blocks, 67), Some(80));
+        // 66 starts its class: the head, which the good fit would give too.
+        assert_eq!(taken(&mut t, &mut blocks, 66), Some(66));
+        // 67 is now the head: it fits, and is taken over the good fit's 200.
+        assert_eq!(taken(&mut t, &mut blocks, 67), Some(67));
+        // 201: its class's head (200) is too small, and nothing lies above.
+        assert_eq!(taken(&mut t, &mut blocks, 201), None);
+        assert_eq!(taken(&mut t, &mut blocks, 199), Some(200));
+        assert!(t.is_empty());
+        // Past the largest class: none, whatever the lists hold.
+        assert_eq!(t.take(&mut blocks, !(GRANULE - 1), OwnClass::Head), None);
+    }
+
+    #[test]
     fn take_unlinks_what_find_finds_by_either_path() {
         // Two blocks of one class (40 granules, through the bitmaps: the list's head), one of
         // 67 granules (through the own-class look), and 200.
@@ -471,18 +540,30 @@ mod tests {
         // The bitmaps' pick is the class's head, the last filed; the other stays listed, its
         // back link cleared, and its class still found.
         let head = t.find(blocks.records(), 33 * GRANULE).unwrap();
-        assert_eq!(t.take(&mut blocks, 33 * GRANULE), Some(head));
+        assert_eq!(
+            t.take(&mut blocks, 33 * GRANULE, OwnClass::Scan),
+            Some(head)
+        );
         assert_eq!(head, number(2));
         assert_eq!(blocks[number(1)].prev_free, NIL);
         assert_eq!(t.find(blocks.records(), 33 * GRANULE), Some(number(1)));
         // The class's last block: its bit clears, and the search moves on.
-        assert_eq!(t.take(&mut blocks, 33 * GRANULE), Some(number(1)));
+        assert_eq!(
+            t.take(&mut blocks, 33 * GRANULE, OwnClass::Scan),
+            Some(number(1))
+        );
         assert_eq!(t.find(blocks.records(), 33 * GRANULE), Some(number(3)));
         // The own-class look finds 67 for a request of 67, which the good fit would skip.
-        assert_eq!(t.take(&mut blocks, 67 * GRANULE), Some(number(3)));
+        assert_eq!(
+            t.take(&mut blocks, 67 * GRANULE, OwnClass::Scan),
+            Some(number(3))
+        );
         assert_eq!(listed(&t, &blocks), vec![number(4)]);
-        assert_eq!(t.take(&mut blocks, 201 * GRANULE), None);
-        assert_eq!(t.take(&mut blocks, 200 * GRANULE), Some(number(4)));
+        assert_eq!(t.take(&mut blocks, 201 * GRANULE, OwnClass::Scan), None);
+        assert_eq!(
+            t.take(&mut blocks, 200 * GRANULE, OwnClass::Scan),
+            Some(number(4))
+        );
         assert!(t.is_empty() && listed(&t, &blocks).is_empty());
     }
 }
