@@ -49,8 +49,8 @@ pub(crate) enum OwnClass {
     /// the own class, which mispredicted about one search in two on W3. The pool's choice:
     /// held over peak live within 0.01 of the scan's (`pool-vmm` W1 / W2 / W3 1.072 / 1.081 /
     /// 1.080 against 1.064 / 1.083 / 1.080), and faster on W1 / W2 / W3 by 1.6 / 4.1 / 0.0 %,
-    /// 5.2 / 0.8 / 2.0 % and 5.9 / −0.3 / 1.3 % in three A/Bs on lent H100 hosts
-    /// (`docs/results/2026-11-27-h100-s18`, `docs/results/2026-11-27-h100-s19`).
+    /// 5.2 / 0.8 / 2.0 % and 5.9 / −0.3 / 1.3 % in three A/Bs on lent H100 hosts, 0.9 / 0.3 /
+    /// 3.8 % in one on an H200 host (`docs/results/2026-11-27-h100-s18`, `…-s19`).
     Head,
 }
 
