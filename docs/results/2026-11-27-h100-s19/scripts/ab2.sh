@@ -1,9 +1,10 @@
-# Session 19, calls 1, 2 and 4: builds of the A/B driver (`core/examples/prof_w3.rs`, local,
+# Session 19, calls 1, 2, 4, 7 and 8: builds of the A/B driver (`core/examples/prof_w3.rs`, local,
 # stripped into hw/ab/prof_<build>) interleaved, MONO=1 VMM=1, one process a build, workload and
 # round; each process's fourth-fastest and fastest of PASSES passes into $OUT/ab.txt.
 #   call 1: PASSES=11 BUILDS="base s18head tag both" ROUNDS=55 bash hw/ab2.sh
 #   call 2: PASSES=11 BUILDS="base s18head head2 head3" ROUNDS=55 bash hw/ab2.sh
 #   call 4: PASSES=11 BUILDS="base head" ROUNDS=70 bash hw/ab2.sh
+#   calls 7, 8: PASSES=11 BUILDS="head bl" ROUNDS=40, then 70, bash hw/ab2.sh
 # then `python3 ../../2026-11-27-h100-s18/scripts/pair.py $OUT/ab.txt "base <build>"` (each
 # build over base in the same round, median over rounds) and `summ.py` there (fast and slow
 # processes apart). The summary this script prints calls column 4 the median; with 11 passes it
