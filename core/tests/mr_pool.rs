@@ -112,6 +112,36 @@ fn memory_moves_between_streams_through_one_cached_event_only_when_taken() {
 }
 
 #[test]
+fn a_block_found_on_another_stream_is_the_one_served_after_taking_its_memory() {
+    // Another stream's free block that fits but is not its class's first, once the pool has
+    // ordered the streams and taken that memory, serves the request: the pool does not grow.
+    let g = gpu();
+    let p = chunked(&g, PoolOptions::default());
+    let (a, b) = (
+        g.stream_create(true).unwrap(),
+        g.stream_create(true).unwrap(),
+    );
+    const G: usize = 256;
+    // One 2 MiB chunk on A, used up: 67 and 66 granules (one size class) kept apart by live
+    // blocks, and the rest.
+    let x67 = p.allocate(67 * G, a).unwrap();
+    let _x1 = p.allocate(G, a).unwrap();
+    let x66 = p.allocate(66 * G, a).unwrap();
+    let _x2 = p.allocate(G, a).unwrap();
+    let rest = (2 * MIB) as usize - 135 * G;
+    let _x3 = p.allocate(rest, a).unwrap();
+    assert_eq!(p.held_bytes(), 2 * MIB);
+    // Freed on A: the 67 first in A's list, the 66 behind it. Taking A's blocks files them on
+    // B in the other order, the 66 first.
+    p.deallocate(x66, 66 * G, a).unwrap();
+    p.deallocate(x67, 67 * G, a).unwrap();
+    let y = p.allocate(67 * G, b).unwrap();
+    assert_eq!(y, x67, "the 67-granule block A freed");
+    assert_eq!(p.held_bytes(), 2 * MIB, "reused, not grown");
+    p.check().unwrap();
+}
+
+#[test]
 fn a_destroyed_source_stream_falls_back_to_a_synchronize() {
     let g = gpu();
     let p = pool(&g);

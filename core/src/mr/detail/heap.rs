@@ -337,7 +337,8 @@ impl CoalescingHeap {
         self.live.get(self.slab.records(), addr).is_some()
     }
 
-    /// Another stream's slot holding a block of at least `size` bytes, if any.
+    /// Another stream's slot holding a block of at least `size` bytes that an
+    /// [`OwnClass::Scan`] search finds, if any.
     ///
     /// # Time complexity
     ///
