@@ -136,6 +136,21 @@ pub(crate) const SENTINEL: Block = Block {
     class: 0,
 };
 
+/// The record numbered [`SCRATCH_NUMBER`] (index 1): a free-list member of its own, linked
+/// to itself in a list no search reaches, that a branchless merge unlinks and absorbs when
+/// there is no neighbour to merge.
+pub(crate) const SCRATCH_NUMBER: u32 = 1 << STEP;
+pub(crate) const SCRATCH: Block = Block {
+    addr: 0,
+    units: 0,
+    prev_phys: NIL,
+    next_phys: NIL,
+    prev_free: SCRATCH_NUMBER,
+    next_free: SCRATCH_NUMBER,
+    owner: LIVE,
+    class: super::tlsf::SCRATCH_LIST as u16,
+};
+
 /// A slab of [`Block`] records; number [`NIL`] is the sentinel.
 ///
 /// Its length is always a power of two and every record number is checked against the length
@@ -156,7 +171,7 @@ pub(crate) struct BlockSlab {
 impl Default for BlockSlab {
     fn default() -> Self {
         let mut slab = BlockSlab {
-            blocks: vec![SENTINEL],
+            blocks: vec![SENTINEL, SCRATCH],
             vacant: NIL,
         };
         slab.grow();
@@ -246,7 +261,7 @@ impl BlockSlab {
         self.view().records.into_mut(i as usize)
     }
 
-    /// A slab holding `records` at indices 1, 2, … after the sentinel, numbered
+    /// A slab holding `records` after the sentinel and the scratch record, numbered
     /// `number(1)`, `number(2)`, … (for tests).
     #[cfg(test)]
     pub(crate) fn of(records: &[Block]) -> Self {
@@ -286,6 +301,15 @@ impl Blocks<'_> {
         *self.vacant = self[i].next_free;
         self[i] = block;
         i
+    }
+
+    /// Marks record `i` vacant if `vacate`; else leaves the scratch record as it is.
+    #[inline(always)]
+    pub(crate) fn remove_if(&mut self, i: u32, vacate: bool) {
+        let v = *self.vacant;
+        let t = std::hint::select_unpredictable(vacate, i, SCRATCH_NUMBER);
+        self[t].next_free = std::hint::select_unpredictable(vacate, v, SCRATCH_NUMBER);
+        *self.vacant = std::hint::select_unpredictable(vacate, i, v);
     }
 
     /// Marks record `i` vacant.
@@ -330,10 +354,11 @@ impl std::ops::Index<u32> for Records<'_> {
     }
 }
 
-/// The number of the record at `index` (for tests).
+/// The number of the `k`-th record a new slab hands out, from 1 (for tests): the sentinel and
+/// the scratch record come first.
 #[cfg(test)]
-pub(crate) fn number(index: usize) -> u32 {
-    (index << STEP) as u32
+pub(crate) fn number(k: usize) -> u32 {
+    ((k + 1) << STEP) as u32
 }
 
 #[cfg(test)]
@@ -348,7 +373,7 @@ mod tests {
     fn the_slab_stays_a_power_of_two_and_reuses_vacant_records() {
         let mut slab = BlockSlab::default();
         let ids: Vec<u32> = (1..=100u32).map(|k| slab.insert(sized(k))).collect();
-        // Index 0 is the sentinel; records are handed out lowest first.
+        // Index 0 is the sentinel, 1 the scratch record; records are handed out lowest first.
         assert_eq!(ids, (1..=100).map(number).collect::<Vec<_>>());
         assert!(slab.blocks.len().is_power_of_two() && slab.blocks.len() > 100);
         for (k, &i) in ids.iter().enumerate() {

@@ -31,6 +31,8 @@ const FL_COUNT: usize = 64 - GRANULE_SHIFT as usize - SL_LOG2 as usize + 2;
 const LISTS: usize = 2048;
 const _: () = assert!(FL_COUNT * SL_COUNT <= LISTS && FL_COUNT <= 64);
 // A list index is stored in `Block::class`.
+/// The list of the scratch record: first level 63, which no block reaches.
+pub(crate) const SCRATCH_LIST: usize = 63 * SL_COUNT;
 const _: () = assert!(LISTS <= u16::MAX as usize);
 /// How many blocks of the request's own class an [`OwnClass::Scan`] search looks at before the
 /// good fit. Held over peak live with 0 / 1 / 4 (`emm bench` on the simulated GPU, session
@@ -179,7 +181,7 @@ impl TlsfIndex {
         let list = class as usize & (LISTS - 1);
         debug_assert!(prev_free != NIL || self.heads[list] == i);
         let head = self.heads[list];
-        self.set_head(list, if head == i { next_free } else { head });
+        self.set_head(list, select_unpredictable(head == i, next_free, head));
     }
 
     /// Makes `head` the head of `list` (`list` below [`LISTS`]), clearing the list's bit, and
