@@ -733,13 +733,13 @@ impl CoalescingHeap {
                 }
                 if b.is_free() {
                     if b.next_phys != NIL && blocks[b.next_phys].owner == b.owner {
-                        return Err(format!("unmerged free neighbours at {:#x}", b.addr));
+                        return Err(format!("unmerged free neighbours at {:#x}", { b.addr }));
                     }
                 } else {
                     live += 1;
                     live_bytes += b.size();
                     if self.live.get(blocks, b.addr) != Some(i) {
-                        return Err(format!("live block at {:#x} not in the map", b.addr));
+                        return Err(format!("live block at {:#x} not in the map", { b.addr }));
                     }
                 }
                 addr += b.size();
@@ -801,7 +801,7 @@ impl CoalescingHeap {
             if !b.is_free() || b.next_phys != NIL || filed.contains(&w) {
                 return Err(format!(
                     "the wilderness at {:#x} is not a free, unlisted last block",
-                    b.addr
+                    { b.addr }
                 ));
             }
         }

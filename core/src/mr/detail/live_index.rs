@@ -76,7 +76,7 @@ impl LiveIndex {
     /// O(1) amortized: the table doubles (rehashing every block) at [`MAX_LOAD_LOG2`].
     #[inline(always)]
     pub(crate) fn insert(&mut self, blocks: &mut Blocks<'_>, addr: u64, i: u32) {
-        debug_assert_eq!(blocks[i].addr, addr);
+        debug_assert_eq!({ blocks[i].addr }, addr);
         if self.len >= self.heads.len() >> MAX_LOAD_LOG2 {
             self.grow(blocks.reborrow());
         }

@@ -13,9 +13,10 @@
 //! check names an element of a slice that is not empty.
 //!
 //! Element `k` is numbered `k << STEP`, so that its byte offset is the number times
-//! `size_of::<T>() >> STEP`: with 32-byte records and `STEP` 2 that is 8, which x86-64 folds
-//! into the load's address, where an index would need a shift first (one instruction a
-//! record touched, some twenty an operation on the pool's hot path).
+//! `size_of::<T>() >> STEP` (1, 2, 4 or 8), which x86-64 folds into the load's address, where
+//! an index would need a shift first (one instruction a record touched, some twenty an
+//! operation on the pool's hot path). The block slab keeps its records here where it has no
+//! [`super::record_space`] of its own (elsewhere than Linux), numbered by byte offset.
 
 use std::mem::size_of;
 

@@ -4,7 +4,8 @@
 //! - [`block`]: host-side records of device memory blocks, in a slab.
 //! - [`live_index`]: the heap's live blocks by address, chained through their records.
 //! - [`masked`]: a power-of-two table indexed by numbers checked against a mask, off the loads'
-//!   address path.
+//!   address path (the block records' storage elsewhere than Linux).
+//! - [`record_space`]: where the block records live, read by number with no check on Linux.
 //! - [`context_scope`]: the resource's own context current for a slow path's driver calls.
 //! - [`tlsf`]: two-level segregated fit free lists with constant-time search.
 //! - [`heap`]: a coalescing suballocator over upstream chunks with per-stream TLSF lists.
@@ -21,7 +22,9 @@ pub(crate) mod growth;
 pub(crate) mod heap;
 pub(crate) mod heap_tail;
 pub(crate) mod live_index;
+#[cfg(any(test, not(target_os = "linux")))]
 pub(crate) mod masked;
+pub(crate) mod record_space;
 pub(crate) mod segment;
 pub(crate) mod source;
 pub(crate) mod stream_order;

@@ -547,7 +547,7 @@ mod tests {
             Some(head)
         );
         assert_eq!(head, number(2));
-        assert_eq!(blocks[number(1)].prev_free, NIL);
+        assert_eq!({ blocks[number(1)].prev_free }, NIL);
         assert_eq!(t.find(blocks.records(), 33 * GRANULE), Some(number(1)));
         // The class's last block: its bit clears, and the search moves on.
         assert_eq!(
