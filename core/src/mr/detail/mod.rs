@@ -22,7 +22,7 @@ pub(crate) mod growth;
 pub(crate) mod heap;
 pub(crate) mod heap_tail;
 pub(crate) mod live_index;
-#[cfg(any(test, not(target_os = "linux")))]
+#[cfg(any(test, not(all(target_os = "linux", target_pointer_width = "64"))))]
 pub(crate) mod masked;
 pub(crate) mod record_space;
 pub(crate) mod segment;

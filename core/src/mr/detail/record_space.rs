@@ -2,15 +2,15 @@
 //! them by number.
 //!
 //! A record's number is its byte offset in the slab ([`STEP`]), and a record is aligned to
-//! one byte ([`Block`]). On Linux the slab's records lie at the start of one private anonymous
-//! mapping as long as every `u32` offset and a record past it (4 GiB and 64 KiB), mapped
-//! readable and writable with `MAP_NORESERVE`: the kernel gives a page memory when it is first
-//! written, so the slab holds only what it uses, and *any* number names 32 bytes inside the
-//! mapping. A view then reads a record with no check at all: a number that names no record,
-//! which only a broken link could hold, reads some record's bytes or zeros (every bit pattern
-//! is a [`Block`]), and a write through it spoils the heap's bookkeeping — what the heap's
-//! invariant check reports — but never touches memory outside the slab. Dropping the checks
-//! (a test and a branch never taken, for each record read: with the shifts of 8-byte
+//! one byte ([`Block`]). On 64-bit Linux the slab's records lie at the start of one private
+//! anonymous mapping as long as every `u32` offset and a record past it (4 GiB and 64 KiB),
+//! mapped readable and writable with `MAP_NORESERVE`: the kernel gives a page memory when it
+//! is first written, so the slab holds only what it uses, and *any* number names 32 bytes
+//! inside the mapping. A view then reads a record with no check at all: a number that names no
+//! record, which only a broken link could hold, reads some record's bytes or zeros (every bit
+//! pattern is a [`Block`]), and a write through it spoils the heap's bookkeeping — what the
+//! heap's invariant check reports — but never touches memory outside the slab. Dropping the
+//! checks (a test and a branch never taken, for each record read: with the shifts of 8-byte
 //! numbering, 43 instructions an operation on W1, cachegrind) ran the pool 9.1 / 8.6 / 6.2 %
 //! faster on W1 / W2 / W3 on a lent H100 host (`docs/results/2026-11-27-h100-s20/`, call 8).
 //! Debug builds still check every number against the records in use.
@@ -21,20 +21,20 @@
 //!
 //! Where the kernel will not map that much unreserved (strict overcommit accounting), the
 //! space is mapped inaccessible and opened as the slab grows: a number past the slab then
-//! faults instead of reading zeros. Elsewhere than Linux the records are a vector of
-//! power-of-two length and every number is checked ([`super::masked`]).
+//! faults instead of reading zeros. Elsewhere the records are a vector of power-of-two length
+//! and every number is checked ([`super::masked`]).
 
 use super::block::{Block, STEP};
 
 const _: () =
     assert!(std::mem::size_of::<Block>() == 32 && std::mem::align_of::<Block>() == 1 && STEP == 5);
 
-#[cfg(target_os = "linux")]
+#[cfg(all(target_os = "linux", target_pointer_width = "64"))]
 pub(crate) use linux::{RecordSpace, SpaceMut, SpaceRef};
-#[cfg(not(target_os = "linux"))]
+#[cfg(not(all(target_os = "linux", target_pointer_width = "64")))]
 pub(crate) use portable::{RecordSpace, SpaceMut, SpaceRef};
 
-#[cfg(target_os = "linux")]
+#[cfg(all(target_os = "linux", target_pointer_width = "64"))]
 mod linux {
     use std::marker::PhantomData;
     use std::ptr::NonNull;
@@ -368,7 +368,7 @@ mod linux {
     }
 }
 
-#[cfg(not(target_os = "linux"))]
+#[cfg(not(all(target_os = "linux", target_pointer_width = "64")))]
 mod portable {
     use super::super::block::{Block, STEP};
     use super::super::masked::Masked;
