@@ -164,21 +164,13 @@ mod linux {
         /// A view to read and write records by number.
         #[inline(always)]
         pub(crate) fn view(&mut self) -> SpaceMut<'_> {
-            SpaceMut {
-                base: self.base,
-                len: self.len,
-                _space: PhantomData,
-            }
+            SpaceMut::of(self.base, self.len)
         }
 
         /// A view to read records by number.
         #[inline(always)]
         pub(crate) fn shared(&self) -> SpaceRef<'_> {
-            SpaceRef {
-                base: self.base,
-                len: self.len,
-                _space: PhantomData,
-            }
+            SpaceRef::of(self.base, self.len)
         }
     }
 
@@ -223,6 +215,16 @@ mod linux {
     }
 
     impl<'a> SpaceMut<'a> {
+        /// The view of a slab of `len` records at `base`, for as long as it is borrowed.
+        #[inline(always)]
+        fn of(base: NonNull<Block>, len: usize) -> Self {
+            SpaceMut {
+                base,
+                len,
+                _space: PhantomData,
+            }
+        }
+
         /// The record numbered `n`.
         #[inline(always)]
         pub(crate) fn get(&self, n: u32) -> &Block {
@@ -255,21 +257,13 @@ mod linux {
         /// The same view, borrowed for less long.
         #[inline(always)]
         pub(crate) fn reborrow(&mut self) -> SpaceMut<'_> {
-            SpaceMut {
-                base: self.base,
-                len: self.len,
-                _space: PhantomData,
-            }
+            SpaceMut::of(self.base, self.len)
         }
 
         /// A read-only view of the same records.
         #[inline(always)]
         pub(crate) fn shared(&self) -> SpaceRef<'_> {
-            SpaceRef {
-                base: self.base,
-                len: self.len,
-                _space: PhantomData,
-            }
+            SpaceRef::of(self.base, self.len)
         }
     }
 
@@ -282,6 +276,16 @@ mod linux {
     }
 
     impl<'a> SpaceRef<'a> {
+        /// The read-only view of a slab of `len` records at `base`.
+        #[inline(always)]
+        fn of(base: NonNull<Block>, len: usize) -> Self {
+            SpaceRef {
+                base,
+                len,
+                _space: PhantomData,
+            }
+        }
+
         /// The record numbered `n`.
         #[inline(always)]
         pub(crate) fn get(self, n: u32) -> &'a Block {
