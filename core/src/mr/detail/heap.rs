@@ -845,33 +845,12 @@ fn file_free(
     last |= merge_next & next_is_wild;
     let listed_next = select_unpredictable(merge_next & !next_is_wild, next, SCRATCH_NUMBER);
     index.remove(blocks, listed_next);
-    {
-        let Block {
-            units, next_phys, ..
-        } = blocks[next];
-        let b = &mut blocks[i];
-        b.units += select_unpredictable(merge_next, units, 0);
-        let above = select_unpredictable(merge_next, next_phys, next);
-        b.next_phys = above;
-        blocks[above].prev_phys = i;
-        blocks.remove_if(next, merge_next);
-    }
+    absorb_next_if(blocks, i, next, merge_next);
     index.remove(
         blocks,
         select_unpredictable(merge_prev, prev, SCRATCH_NUMBER),
     );
-    {
-        let lo = select_unpredictable(merge_prev, prev, i);
-        let Block {
-            units, next_phys, ..
-        } = blocks[i];
-        let b = &mut blocks[lo];
-        b.units += select_unpredictable(merge_prev, units, 0);
-        b.next_phys = next_phys;
-        blocks[next_phys].prev_phys = lo;
-        blocks.remove_if(i, merge_prev);
-        i = lo;
-    }
+    i = absorb_next_if(blocks, prev, i, merge_prev);
     if last {
         *wild = Some(i);
     } else {
@@ -883,14 +862,25 @@ fn file_free(
 /// Merges block `hi` (the physical successor of `lo`) into `lo` and drops `hi`'s record.
 #[inline(always)]
 fn absorb_next(blocks: &mut Blocks<'_>, lo: u32, hi: u32) {
+    debug_assert_ne!(hi, NIL);
+    absorb_next_if(blocks, lo, hi, true);
+}
+
+/// [`absorb_next`] if `merge`, without a branch on it; else nothing changes (`hi` is rewritten
+/// with its own links and size, through the sentinel where `hi` is [`NIL`]). Returns the
+/// block that now ends where `hi` ends: `lo` if merged, else `hi`.
+#[inline(always)]
+fn absorb_next_if(blocks: &mut Blocks<'_>, lo: u32, hi: u32, merge: bool) -> u32 {
+    let to = select_unpredictable(merge, lo, hi);
     let Block {
         units, next_phys, ..
     } = blocks[hi];
-    let b = &mut blocks[lo];
-    b.units += units;
+    let b = &mut blocks[to];
+    b.units += select_unpredictable(merge, units, 0);
     b.next_phys = next_phys;
-    blocks[next_phys].prev_phys = lo;
-    blocks.remove(hi);
+    blocks[next_phys].prev_phys = to;
+    blocks.remove_if(hi, merge);
+    to
 }
 
 #[cfg(test)]
