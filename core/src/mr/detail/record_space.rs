@@ -74,7 +74,7 @@ mod linux {
         /// An empty space.
         ///
         /// Aborts as a failed allocation does where the host lends no address space for it
-        /// (an address-space limit below 32 GiB).
+        /// (an address-space limit below 4 GiB).
         pub(crate) fn new() -> Self {
             Self::mapped(true)
         }
@@ -228,13 +228,9 @@ mod linux {
         /// The record numbered `n`.
         #[inline(always)]
         pub(crate) fn get(&self, n: u32) -> &Block {
-            #[allow(unsafe_code, reason = "every number names bytes of the mapping")]
-            // SAFETY: `at` is inside the mapping, which is readable there (on a fully open
-            // mapping everywhere; else a number past the open part faults), every bit pattern
-            // is a `Block`, and `&self` keeps `get_mut` away for the reference's life.
-            unsafe {
-                &*at(self.base, self.len, n)
-            }
+            // Through a read-only view borrowed from `&self`, which keeps `get_mut` away for
+            // the reference's life.
+            self.shared().get(n)
         }
 
         /// The record numbered `n`, mutably.
@@ -247,8 +243,8 @@ mod linux {
         #[inline(always)]
         pub(crate) fn into_mut(self, n: u32) -> &'a mut Block {
             #[allow(unsafe_code, reason = "every number names bytes of the mapping")]
-            // SAFETY: as in `get`; `self` gives up its borrow of the space, so no other
-            // reference into it lives as long as this one.
+            // SAFETY: as in `SpaceRef::get`; `self` gives up its borrow of the space, so no
+            // other reference into it lives as long as this one.
             unsafe {
                 &mut *at(self.base, self.len, n)
             }
@@ -290,7 +286,10 @@ mod linux {
         #[inline(always)]
         pub(crate) fn get(self, n: u32) -> &'a Block {
             #[allow(unsafe_code, reason = "every number names bytes of the mapping")]
-            // SAFETY: as in `SpaceMut::get`; the view borrows the space shared for `'a`.
+            // SAFETY: `at` is inside the mapping, which is readable there (on a fully open
+            // mapping everywhere; else a number past the open part faults), every bit pattern
+            // is a `Block`, and the view borrows the space shared for `'a`, so no `&mut` to a
+            // record lives as long.
             unsafe {
                 &*at(self.base, self.len, n)
             }
