@@ -36,6 +36,14 @@ pub struct SimConfig {
     /// Keep the bytes of memory (reads see what was written). Off, writes are dropped and reads
     /// see the poison pattern: for benchmarks of allocation alone.
     pub track_contents: bool,
+    /// Keep the happens-before order of the host and the streams (vector clocks), which race
+    /// reports and the stream-ordered reuse of driver pools (`cuMemAllocAsync`) read. Off,
+    /// every access counts as ordered: no race is reported, and a driver pool reuses a block
+    /// freed on any stream. Each stream's clock holds an entry for every stream ordered
+    /// before it, so a run through thousands of streams that wait on one another costs
+    /// memory and time quadratic in the streams with it on: turn it off for replays and
+    /// benchmarks that measure memory and time only.
+    pub track_races: bool,
     /// Keep every traced call in memory (the trace hash is kept either way).
     pub record_trace: bool,
     /// Whether every device can access every other device's memory.
@@ -65,6 +73,7 @@ impl Default for SimConfig {
             virtual_memory_management: true,
             vmm_granularity: 2 * MIB,
             track_contents: true,
+            track_races: true,
             record_trace: true,
             peer_access: true,
             concurrent_managed_access: true,
@@ -100,6 +109,13 @@ impl SimConfig {
     /// Turns contents tracking on or off.
     pub fn track_contents(mut self, on: bool) -> Self {
         self.track_contents = on;
+        self
+    }
+
+    /// Turns happens-before tracking, and with it race detection, on or off
+    /// ([`SimConfig::track_races`]).
+    pub fn track_races(mut self, on: bool) -> Self {
+        self.track_races = on;
         self
     }
 

@@ -276,13 +276,14 @@ impl State {
             (st.actor, &st.clock)
         };
         let pl = &self.pools[&pool];
+        let races = self.cfg.track_races;
         let reuse = pl
             .free
             .range((reserved, 0)..)
             .take_while(|((sz, _), _)| *sz <= reserved.saturating_mul(2))
             .find(|(_, fb)| {
                 fb.freed_on
-                    .is_none_or(|(a, e)| a == actor || clock.has_seen(a, e))
+                    .is_none_or(|(a, e)| !races || a == actor || clock.has_seen(a, e))
             })
             .map(|(k, _)| *k);
         let (block_size, base) = match reuse {
@@ -880,6 +881,9 @@ impl State {
         op: &'static str,
         who: Who,
     ) {
+        if !self.cfg.track_races {
+            return;
+        }
         let clock = match who {
             Who::Host => {
                 &self

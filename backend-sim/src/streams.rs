@@ -47,19 +47,28 @@ impl State {
             (st.ctx, st.is_default, st.non_blocking)
         };
         // Implicit ordering of the legacy default stream with the blocking streams.
-        let mut merged = proc.clock.clone();
+        let races = self.cfg.track_races;
+        let mut merged = if races {
+            proc.clock.clone()
+        } else {
+            VClock::default()
+        };
         let mut start = proc.now;
         if is_default {
             for other in &self.contexts[ctx as usize].streams {
                 let o = &self.streams[other];
                 if !o.non_blocking {
-                    merged.merge(&o.clock);
+                    if races {
+                        merged.merge(&o.clock);
+                    }
                     start = start.max(o.busy_until);
                 }
             }
         } else if !non_blocking {
             let d = &self.streams[&self.contexts[ctx as usize].default_stream];
-            merged.merge(&d.clock);
+            if races {
+                merged.merge(&d.clock);
+            }
             start = start.max(d.busy_until);
         }
         let st = self.streams.get_mut(&s).expect("stream resolved by caller");
@@ -73,7 +82,9 @@ impl State {
     pub(crate) fn host_wait_stream(&mut self, p: u32, s: u64) {
         let st = &self.streams[&s];
         let proc = &mut self.processes[p as usize];
-        proc.clock.merge(&st.clock);
+        if self.cfg.track_races {
+            proc.clock.merge(&st.clock);
+        }
         proc.now = proc.now.max(st.busy_until);
         let device = st.device;
         self.release_pools_over_threshold(device);
@@ -85,7 +96,9 @@ impl State {
         let proc = &mut self.processes[p as usize];
         for st in self.streams.values() {
             if st.process == p && st.device == device {
-                proc.clock.merge(&st.clock);
+                if self.cfg.track_races {
+                    proc.clock.merge(&st.clock);
+                }
                 proc.now = proc.now.max(st.busy_until);
             }
         }
@@ -205,7 +218,12 @@ impl State {
         self.charge(p, self.cfg.costs.event_op_ns);
         self.enqueue(p, s, 0);
         let st = &self.streams[&s];
-        let snapshot = (st.clock.clone(), st.busy_until);
+        let clock = if self.cfg.track_races {
+            st.clock.clone()
+        } else {
+            VClock::default()
+        };
+        let snapshot = (clock, st.busy_until);
         if let Some(e) = self.events.get_mut(&event) {
             e.recorded = Some(snapshot);
         }

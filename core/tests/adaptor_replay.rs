@@ -383,3 +383,58 @@ fn corrupt_and_truncated_logs_name_the_line_and_what_was_expected() {
         "{missing}"
     );
 }
+
+/// Records the OS thread of every allocation.
+struct RecordsThreads {
+    inner: CudaResource<SimDriver>,
+    threads: std::sync::Mutex<std::collections::HashSet<std::thread::ThreadId>>,
+}
+
+impl DeviceMemoryResource for RecordsThreads {
+    fn name(&self) -> &'static str {
+        "RecordsThreads"
+    }
+    fn allocate(&self, bytes: usize, stream: StreamId) -> MrResult<DevicePtr> {
+        self.threads
+            .lock()
+            .unwrap()
+            .insert(std::thread::current().id());
+        self.inner.allocate(bytes, stream)
+    }
+    fn deallocate(&self, ptr: DevicePtr, bytes: usize, stream: StreamId) -> MrResult<()> {
+        self.inner.deallocate(ptr, bytes, stream)
+    }
+    fn driver(&self) -> &dyn Driver {
+        self.inner.driver()
+    }
+}
+
+/// A log of more threads than a replay starts: every event is replayed, in log order, on at
+/// most `MAX_REPLAY_THREADS` threads (it used to start one OS thread per log thread, and
+/// twenty thousand of them failed to spawn).
+#[test]
+fn a_log_of_many_threads_replays_on_a_bounded_number_of_threads() {
+    let mut body = String::from(HEADER);
+    let n = 3 * emm_core::mr::replay::MAX_REPLAY_THREADS as u64;
+    for t in 0..n {
+        let p = 0x10_0000 * (t + 1);
+        writeln!(body, "{},10:00:00.000001,allocate,{p:#x},256,0x0", t + 1).unwrap();
+        writeln!(body, "{},10:00:00.000002,free,{p:#x},256,0x0", t + 1).unwrap();
+    }
+    let log = EventLog::parse_str(&body).unwrap();
+    let g = SimDriver::new(SimConfig::new(6).memory_per_device(GIB)).unwrap();
+    let r = RecordsThreads {
+        inner: CudaResource::new(g.clone()),
+        threads: Default::default(),
+    };
+    let options = ReplayOptions {
+        threading: Threading::PerLogThread,
+        ..ReplayOptions::default()
+    };
+    let report = replay(&log, &r, &options).unwrap();
+    assert_eq!(report.ops(), 2 * n as usize);
+    assert!(report.failures.is_empty() && report.leaks.is_empty());
+    assert_eq!(report.threads, n as usize);
+    let used = r.threads.lock().unwrap().len();
+    assert_eq!(used, emm_core::mr::replay::MAX_REPLAY_THREADS);
+}

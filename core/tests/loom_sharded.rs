@@ -1,4 +1,5 @@
-//! Model checks of the fine-grained resources with loom: `ShardedPoolResource` (per-thread
+//! Model checks of the thread-safe resources with loom: `PoolResource` shared by threads on
+//! several streams, `ShardedPoolResource` (per-thread
 //! shards, each behind its own lock, over one shared `PoolResource`) and `ArenaResource` (the
 //! same shape). Built only with `RUSTFLAGS="--cfg loom"`, which puts the resources' locks,
 //! their shard counter and their thread-locals on loom's (core/src/sync.rs); loom then runs
@@ -510,5 +511,59 @@ fn arena_cross_free_and_release() {
         t1.join().unwrap();
         t2.join().unwrap();
         settle_arena(env);
+    });
+}
+
+fn pool(limit: u64) -> Arc<Env<PoolResource<Arc<Upstream>>>> {
+    let up = Upstream::new(limit);
+    let mr = PoolResource::new(Arc::clone(&up));
+    Arc::new(Env {
+        mr,
+        up,
+        live: Live::default(),
+    })
+}
+
+/// Every block freed: the pool's invariants hold, it holds exactly what the upstream handed
+/// out, and `release` (which coalesces every stream's free blocks) gives it all back.
+fn settle_pool(env: Arc<Env<PoolResource<Arc<Upstream>>>>) {
+    let env = Arc::into_inner(env).expect("every thread joined");
+    assert!(env.live.is_empty());
+    let (mr, up) = (&env.mr, &env.up);
+    mr.check().expect("pool invariants");
+    assert_eq!(mr.live_allocations(), 0);
+    assert_eq!(up.used(), mr.held_bytes());
+    mr.release().expect("release");
+    assert_eq!(mr.held_bytes(), 0);
+    assert_eq!(up.used(), 0, "the upstream has everything back");
+}
+
+/// `PoolResource` itself, shared by three threads on two streams: a thread on stream A frees
+/// a block while two threads on stream B allocate — one may find B's lists empty and take A's
+/// free blocks (recording A's cached event and making B wait), the other grows by a chunk
+/// with the lock let go over the upstream call, while the others take, free or adopt around
+/// it.
+#[test]
+fn pool_two_streams_three_threads() {
+    model("pool_two_streams_three_threads", || {
+        let env = pool(64 * MIB);
+        let (a, b) = (
+            env.up.driver.stream_create(true).unwrap(),
+            env.up.driver.stream_create(true).unwrap(),
+        );
+        let x = env.alloc_on(300 << 10, a);
+        let t1 = spawn(&env, move |e| e.free_on(x, 300 << 10, a));
+        let t2 = spawn(&env, move |e| {
+            let c = e.alloc_on(200 << 10, b);
+            e.free_on(c, 200 << 10, b);
+        });
+        let t3 = spawn(&env, move |e| {
+            let d = e.alloc_on(3 << 20, b);
+            e.free_on(d, 3 << 20, b);
+        });
+        t1.join().unwrap();
+        t2.join().unwrap();
+        t3.join().unwrap();
+        settle_pool(env);
     });
 }

@@ -526,3 +526,190 @@ fn chunks_in_flight_count_against_the_maximum() {
     p.deallocate(rest, 8 * MIB as usize, s).unwrap();
     p.check().unwrap();
 }
+
+/// A program that goes through twenty thousand streams, each taking the block the one before
+/// freed: the pool keeps lists for a bounded number of streams, finds each stream's in
+/// constant time, and reuses one block throughout (each new stream ordered after the last).
+#[test]
+fn per_stream_state_is_bounded_over_many_streams() {
+    let g = Arc::new(
+        SimDriver::new(
+            SimConfig::new(3)
+                .memory_per_device(4 * GIB)
+                .track_races(false)
+                .record_trace(false),
+        )
+        .expect("config"),
+    );
+    for p in [pool(&g), chunked(&g, PoolOptions::default())] {
+        let mut most = 0;
+        for k in 0..20_000usize {
+            let s = g.stream_create(false).unwrap();
+            let n = 1000 + k % 5000;
+            let x = p.allocate(n, s).unwrap();
+            p.deallocate(x, n, s).unwrap();
+            g.stream_destroy(s).unwrap();
+            most = most.max(p.stream_lists());
+        }
+        assert!(most <= 128, "{most} streams' lists kept at once");
+        assert!(
+            p.held_bytes() <= 2 * MIB,
+            "one block reused: {}",
+            p.held_bytes()
+        );
+        p.check().unwrap();
+        p.release().unwrap();
+        assert_eq!(p.held_bytes(), 0);
+    }
+}
+
+/// A xorshift generator: the tests' random walks, the same on every run.
+fn xorshift(seed: u64) -> impl FnMut() -> u64 {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    }
+}
+
+/// Live blocks of every thread, checked for overlap as they are handed out.
+#[derive(Default)]
+struct Handed(std::sync::Mutex<std::collections::BTreeMap<u64, u64>>);
+
+impl Handed {
+    fn add(&self, p: DevicePtr, n: usize) {
+        let mut live = self.0.lock().unwrap();
+        let (p, n) = (p.0, n as u64);
+        if let Some((&q, &m)) = live.range(..p + n).next_back() {
+            assert!(q + m <= p, "{p:#x}+{n} handed out over live {q:#x}+{m}");
+        }
+        live.insert(p, n);
+    }
+
+    fn remove(&self, p: DevicePtr) {
+        assert!(self.0.lock().unwrap().remove(&p.0).is_some());
+    }
+}
+
+/// One thread, many streams, random walks that move memory between streams, trim chunks and
+/// run out of device memory: after every few operations the pool's invariants hold (blocks
+/// tile the chunks, lists agree with the blocks), and no two live blocks overlap.
+#[test]
+fn many_streams_random_walks_keep_the_invariants() {
+    for seed in 0..24u64 {
+        let mem = [64 * MIB, 600 * MIB, 4 * GIB][(seed % 3) as usize];
+        let g = Arc::new(
+            SimDriver::new(
+                SimConfig::new(seed)
+                    .memory_per_device(mem)
+                    .track_contents(false)
+                    .record_trace(false),
+            )
+            .unwrap(),
+        );
+        let p = if seed % 2 == 0 {
+            chunked(&g, PoolOptions::default())
+        } else {
+            pool(&g)
+        };
+        let streams: Vec<StreamId> = (0..2 + seed % 15)
+            .map(|_| g.stream_create(true).unwrap())
+            .collect();
+        let mut live: Vec<Vec<(DevicePtr, usize)>> = vec![Vec::new(); streams.len()];
+        let handed = Handed::default();
+        let mut rnd = xorshift(seed);
+        for op in 0..4_000 {
+            let t = (rnd() % streams.len() as u64) as usize;
+            if live[t].is_empty() || rnd() % 100 < 52 {
+                let n = 1 + (rnd() % (1 << 20)) as usize;
+                match p.allocate(n, streams[t]) {
+                    Ok(a) => {
+                        handed.add(a, n);
+                        live[t].push((a, n));
+                    }
+                    Err(e) if e.is_out_of_memory() => {}
+                    Err(e) => panic!("seed {seed} op {op}: allocate {n}: {e}"),
+                }
+            } else {
+                let k = (rnd() % live[t].len() as u64) as usize;
+                let (a, n) = live[t].swap_remove(k);
+                handed.remove(a);
+                p.deallocate(a, n, streams[t])
+                    .unwrap_or_else(|e| panic!("seed {seed} op {op}: {e}"));
+            }
+            if rnd().is_multiple_of(500) {
+                p.release().unwrap();
+            }
+            if op % 97 == 0 {
+                p.check()
+                    .unwrap_or_else(|e| panic!("seed {seed} op {op}: {e}"));
+            }
+        }
+        p.check().unwrap();
+    }
+}
+
+/// Sixteen threads on streams of their own share one pool (chunks, and an expandable
+/// segment), each a random walk that frees its own blocks and now and then another thread's
+/// on its own stream: no block is handed out twice (checked at every allocation), every free
+/// is accepted with the size allocated, and the invariants hold at the end.
+#[test]
+fn sixteen_threads_on_own_streams_never_share_a_block() {
+    let g = Arc::new(
+        SimDriver::new(
+            SimConfig::new(9)
+                .memory_per_device(8 * GIB)
+                .track_contents(false)
+                .record_trace(false),
+        )
+        .unwrap(),
+    );
+    for p in [chunked(&g, PoolOptions::default()), pool(&g)] {
+        let (p, handed) = (&p, &Handed::default());
+        let passed = std::sync::Mutex::new(Vec::<(DevicePtr, usize)>::new());
+        std::thread::scope(|scope| {
+            for t in 0..16u64 {
+                let (g, passed) = (&g, &passed);
+                scope.spawn(move || {
+                    let s = g.stream_create(true).unwrap();
+                    let mut rnd = xorshift(t + 1);
+                    let mut live: Vec<(DevicePtr, usize)> = Vec::new();
+                    for _ in 0..20_000 {
+                        let r = rnd() % 100;
+                        if live.is_empty() || r < 50 {
+                            let n = 1 + (rnd() % (256 << 10)) as usize;
+                            let a = p.allocate(n, s).unwrap();
+                            handed.add(a, n);
+                            live.push((a, n));
+                        } else if r < 52 {
+                            // Another thread's block, freed here.
+                            let k = (rnd() % live.len() as u64) as usize;
+                            passed.lock().unwrap().push(live.swap_remove(k));
+                            if let Some((a, n)) = passed.lock().unwrap().pop() {
+                                handed.remove(a);
+                                p.deallocate(a, n, s).unwrap();
+                            }
+                        } else {
+                            let k = (rnd() % live.len() as u64) as usize;
+                            let (a, n) = live.swap_remove(k);
+                            handed.remove(a);
+                            p.deallocate(a, n, s).unwrap();
+                        }
+                    }
+                    for (a, n) in live {
+                        handed.remove(a);
+                        p.deallocate(a, n, s).unwrap();
+                    }
+                });
+            }
+        });
+        for (a, n) in passed.into_inner().unwrap() {
+            handed.remove(a);
+            p.deallocate(a, n, StreamId::DEFAULT).unwrap();
+        }
+        assert_eq!(p.live_allocations(), 0);
+        p.check().unwrap();
+    }
+}

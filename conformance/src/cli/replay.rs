@@ -22,7 +22,8 @@ and leaks. A corrupt or truncated log is refused with the line number.
 
 flags:
   --resource NAME    pool (the default), arena, binning, async, managed or cuda
-  --backend NAME     sim (the default: 80 GiB, contents tracking off) or cuda (this GPU)
+  --backend NAME     sim (the default: 80 GiB, contents and race tracking off) or cuda
+                     (this GPU)
   --threads MODE     single (the default: one thread in log order) or per-log-thread
   --json             the report as one JSON object
 ",
@@ -78,6 +79,7 @@ fn run(mut a: Args) -> i32 {
             SimConfig::new(1)
                 .memory_per_device(80 * GIB)
                 .track_contents(false)
+                .track_races(false)
                 .record_trace(false),
         ) {
             Ok(d) => Arc::new(d),

@@ -229,6 +229,13 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
         self.lock().heap.live_count()
     }
 
+    /// Number of streams whose free lists the pool keeps: at least those holding free blocks,
+    /// and, once the pool has gone through many streams, about twice that at most — a stream
+    /// whose free blocks another took or that used them all keeps none (8 KiB each).
+    pub fn stream_lists(&self) -> usize {
+        self.lock().heap.slot_count()
+    }
+
     /// Gives every fully free upstream chunk back to the upstream — or, from an expandable
     /// segment, unmaps and releases every wholly free granule at its end — and returns the
     /// bytes given. Blocks freed on several streams are coalesced first, after a context
@@ -402,7 +409,10 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
         let slot = match st.heap.slot_of(stream) {
             Some(slot) => slot,
             // A stream's lists are made on its first good free, so a bad one changes nothing.
-            None if st.heap.is_live(ptr.0) => st.heap.slot(stream),
+            None if st.heap.is_live(ptr.0) => {
+                st.heap.sweep_slots_if_due();
+                st.heap.slot(stream)
+            }
             None => return Err(invalid_free(ptr, bytes, FreeError::NotLive)),
         };
         Self::deallocate_in(st, ptr, bytes, slot)
@@ -418,6 +428,8 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
         bytes: u64,
         stream: StreamId,
     ) -> (MrResult<DevicePtr>, SpinGuard<'a, PoolState>) {
+        // Before any slot number is held: a sweep may give an empty slot to another stream.
+        st.heap.sweep_slots_if_due();
         let slot = st.heap.slot(stream);
         // The end of an expandable segment, kept for what nothing below it fits.
         if let Some(p) = st.heap.allocate_wild(slot, size, bytes) {
@@ -425,6 +437,8 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
         }
         // From here on the driver may be called: events, growth.
         let _ctx = ContextScope::enter(self.upstream.driver(), self.context);
+        let PoolState { heap, order, .. } = &mut *st;
+        order.prune(self.upstream.driver(), |s| heap.slot_of(s).is_some());
         if let Some(other) = st.heap.find_elsewhere(slot, size) {
             let source = st.heap.stream_of(other);
             {

@@ -762,6 +762,10 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
         bytes: u64,
         stream: StreamId,
     ) -> MrResult<Option<DevicePtr>> {
+        // Before any slot number is held: a sweep may give an empty slot to another stream.
+        s.heap.sweep_slots_if_due();
+        let Shard { heap, order, .. } = &mut *s;
+        order.prune(self.shared.driver(), |on| heap.slot_of(on).is_some());
         let slot = s.heap.slot(stream);
         let Some(other) = s.heap.find_elsewhere(slot, size) else {
             return Ok(None);

@@ -23,6 +23,7 @@ use crate::driver::StreamId;
 use super::addr_map::AddrMap;
 use super::block::{Block, BlockSlab, Blocks, LIVE, MAX_BLOCK, NIL, SCRATCH, SCRATCH_NUMBER};
 use super::live_index::LiveIndex;
+use super::stream_map::StreamMap;
 use super::tlsf::{OwnClass, TlsfIndex, GRANULE};
 
 /// The owner of a free block in quarantine: set aside from a stream whose slot a new stream
@@ -36,6 +37,15 @@ pub(crate) const MAX_SLOTS: usize = QUARANTINE as usize;
 /// A few, so that the tests reach the limit (65 534 sets of lists would take 550 MB).
 #[cfg(test)]
 pub(crate) const MAX_SLOTS: usize = 3;
+
+/// The stream of a slot that [`CoalescingHeap::sweep_slots_if_due`] emptied, waiting in
+/// `vacant_slots` for a new stream: no handle is all ones.
+const VACANT: StreamId = StreamId(u64::MAX);
+
+/// Slots a heap keeps before it looks for empty ones to reuse: a program's few streams never
+/// pay for a sweep, and a program that goes through thousands of streams keeps about twice as
+/// many sets of lists (8 KiB each) as streams holding free blocks.
+const SLOT_SWEEP_MIN: usize = 64;
 
 /// One upstream allocation the heap carves blocks from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -113,6 +123,12 @@ pub(crate) struct CoalescingHeap {
     /// Free blocks of streams whose slots were taken over past [`MAX_SLOTS`] (owner
     /// [`QUARANTINE`]); made only then.
     quarantine: Option<Box<TlsfIndex>>,
+    /// Stream → its slot in `lists`, for every slot but the vacant ones.
+    slot_map: StreamMap<usize>,
+    /// Slots emptied by a sweep, their stream [`VACANT`], for new streams to take.
+    vacant_slots: Vec<usize>,
+    /// `lists.len()` at which the next sweep is due (0: [`SLOT_SWEEP_MIN`]).
+    sweep_at: usize,
 }
 
 impl CoalescingHeap {
@@ -160,7 +176,7 @@ impl CoalescingHeap {
     ///
     /// # Time complexity
     ///
-    /// O(streams seen); one comparison for a single-stream user.
+    /// O(1) expected: one comparison for the first stream, else one hash lookup.
     #[inline]
     pub(crate) fn slot_of(&self, stream: StreamId) -> Option<usize> {
         // The first stream is looked at inline: most users have one.
@@ -180,7 +196,7 @@ impl CoalescingHeap {
 
     #[inline(never)]
     fn slot_of_later(&self, stream: StreamId) -> Option<usize> {
-        self.lists.iter().position(|l| l.stream == stream)
+        self.slot_map.get(&stream).copied()
     }
 
     /// The slot of `stream`'s free lists, created empty on first use.
@@ -202,9 +218,21 @@ impl CoalescingHeap {
     /// unordered.
     #[cold]
     fn new_slot(&mut self, stream: StreamId) -> usize {
+        let slot = self.free_slot();
+        self.lists[slot].stream = stream;
+        self.slot_map.insert(stream, slot);
+        slot
+    }
+
+    /// A slot for a new stream to take: a vacant one, a new one, or past [`MAX_SLOTS`] one
+    /// taken over (see [`CoalescingHeap::new_slot`]); its old stream is forgotten.
+    fn free_slot(&mut self) -> usize {
+        if let Some(slot) = self.vacant_slots.pop() {
+            return slot;
+        }
         if self.lists.len() < MAX_SLOTS {
             self.lists.push(StreamLists {
-                stream,
+                stream: VACANT,
                 index: TlsfIndex::default(),
             });
             return self.lists.len() - 1;
@@ -221,8 +249,36 @@ impl CoalescingHeap {
                 victim
             }
         };
-        self.lists[slot].stream = stream;
+        self.slot_map.remove(&self.lists[slot].stream);
         slot
+    }
+
+    /// When the heap has gone through many streams, makes every slot that holds no free block
+    /// (and not the wilderness) vacant, for new streams to reuse: a stream whose free blocks
+    /// another took, or that allocated them all, keeps no lists. Slot 0 stays, so the first
+    /// stream keeps its constant slot. Due only when no slot is vacant and the slots have
+    /// doubled since the last sweep, so its O(slots) is constant per new stream, amortized.
+    ///
+    /// The caller must hold no slot number across this call: a slot it names may go to
+    /// another stream.
+    pub(crate) fn sweep_slots_if_due(&mut self) {
+        if !self.vacant_slots.is_empty() || self.lists.len() < self.sweep_at.max(SLOT_SWEEP_MIN) {
+            return;
+        }
+        let wild = self.wild.map(|w| usize::from(self.slab.get(w).owner));
+        for (slot, l) in self.lists.iter_mut().enumerate().skip(1) {
+            if l.stream != VACANT && l.index.is_empty() && wild != Some(slot) {
+                self.slot_map.remove(&l.stream);
+                l.stream = VACANT;
+                self.vacant_slots.push(slot);
+            }
+        }
+        self.sweep_at = 2 * (self.lists.len() - self.vacant_slots.len());
+    }
+
+    /// Slots holding a stream's lists, vacant ones not counted.
+    pub(crate) fn slot_count(&self) -> usize {
+        self.lists.len() - self.vacant_slots.len()
     }
 
     /// Moves every free block of `slot` into quarantine, merging it with quarantined

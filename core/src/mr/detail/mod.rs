@@ -11,6 +11,7 @@
 //! - [`heap`]: a coalescing suballocator over upstream chunks with per-stream TLSF lists.
 //! - [`heap_tail`]: the heap's chunk as an expandable segment: its wilderness, growth and cuts.
 //! - [`stream_order`]: ordering one stream after another with a cached event, lazily.
+//! - [`stream_map`]: per-stream state found by stream handle in constant time.
 //! - [`growth`]: how much a pool asks its upstream for when it must grow.
 //! - [`segment`]: an expandable segment: one reserved range grown by mapping memory at its end.
 //! - [`source`]: where a pool's memory comes from: chunks or a segment.
@@ -27,5 +28,6 @@ pub(crate) mod masked;
 pub(crate) mod record_space;
 pub(crate) mod segment;
 pub(crate) mod source;
+pub(crate) mod stream_map;
 pub(crate) mod stream_order;
 pub(crate) mod tlsf;

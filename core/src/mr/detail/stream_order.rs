@@ -12,10 +12,17 @@
 use crate::driver::{Driver, EventId, StreamId};
 use crate::error::DriverError;
 
+use super::stream_map::StreamMap;
+
+/// Cached events a resource keeps before [`StreamOrder::prune`] looks for ones to destroy.
+const PRUNE_MIN: usize = 64;
+
 /// Cached events, one per source stream.
 #[derive(Debug, Default)]
 pub(crate) struct StreamOrder {
-    events: Vec<(StreamId, EventId)>,
+    events: StreamMap<EventId>,
+    /// `events.len()` at which the next [`StreamOrder::prune`] is due (0: [`PRUNE_MIN`]).
+    prune_at: usize,
 }
 
 impl StreamOrder {
@@ -31,7 +38,7 @@ impl StreamOrder {
     /// # Time complexity
     ///
     /// Two driver calls (record, wait), plus one to create the event the first time a stream
-    /// is a source; O(source streams) to find the cached event.
+    /// is a source; O(1) expected to find the cached event.
     pub(crate) fn order(
         &mut self,
         driver: &dyn Driver,
@@ -41,11 +48,11 @@ impl StreamOrder {
         if source == waiter {
             return Ok(());
         }
-        let event = match self.events.iter().find(|(s, _)| *s == source) {
-            Some(&(_, e)) => Ok(e),
-            None => driver
-                .event_create()
-                .inspect(|&e| self.events.push((source, e))),
+        let event = match self.events.get(&source) {
+            Some(&e) => Ok(e),
+            None => driver.event_create().inspect(|&e| {
+                self.events.insert(source, e);
+            }),
         };
         let waited = event.and_then(|e| {
             driver.event_record(e, source)?;
@@ -62,10 +69,29 @@ impl StreamOrder {
         self.events.len()
     }
 
+    /// Destroys the cached events of the streams `keep` rejects (streams whose memory the
+    /// resource no longer holds), once the cache has doubled since the last pruning: a program
+    /// that goes through thousands of streams keeps events for about twice as many streams as
+    /// hold free memory, and the O(events) scan is constant per new stream, amortized. A
+    /// stream pruned gets a new event if it is a source again. Errors are ignored: a failed
+    /// destroy leaves only an event behind.
+    pub(crate) fn prune(&mut self, driver: &dyn Driver, keep: impl Fn(StreamId) -> bool) {
+        if self.events.len() < self.prune_at.max(PRUNE_MIN) {
+            return;
+        }
+        self.events.retain(|&s, &mut e| {
+            keep(s) || {
+                let _ = driver.event_destroy(e);
+                false
+            }
+        });
+        self.prune_at = 2 * self.events.len();
+    }
+
     /// Destroys every cached event; errors are ignored (this runs when the resource is
     /// dropped, and a failed destroy leaves only an event behind).
     pub(crate) fn destroy(&mut self, driver: &dyn Driver) {
-        for (_, e) in self.events.drain(..) {
+        for (_, e) in self.events.drain() {
             let _ = driver.event_destroy(e);
         }
     }

@@ -35,9 +35,16 @@ pub enum Threading {
     /// All events on the calling thread, in log order: no hand-off cost.
     #[default]
     Single,
-    /// One thread per log thread, taking turns in log order.
+    /// One thread per log thread, taking turns in log order; past
+    /// [`MAX_REPLAY_THREADS`] log threads, each replay thread takes several of them in turn
+    /// (log thread `k` on replay thread `k % MAX_REPLAY_THREADS`, in order of thread id).
     PerLogThread,
 }
+
+/// The most threads a [`Threading::PerLogThread`] replay starts: a log of twenty thousand
+/// threads must not start twenty thousand (each an OS thread with its stack), and a program
+/// with more threads than this allocating at once is rare.
+pub const MAX_REPLAY_THREADS: usize = 256;
 
 /// How to replay.
 #[derive(Debug, Default)]

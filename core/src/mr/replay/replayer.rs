@@ -19,7 +19,7 @@ use crate::driver::{DevicePtr, Driver, EventId, StreamId};
 use crate::mr::adaptor::lock;
 use crate::mr::replay::{
     EventLog, HeldProbe, LogAction, LogEvent, LoggedAllocation, ReplayError, ReplayFailure,
-    ReplayOptions, ReplayReport, SizeMismatch, Threading,
+    ReplayOptions, ReplayReport, SizeMismatch, Threading, MAX_REPLAY_THREADS,
 };
 use crate::mr::DeviceMemoryResource;
 
@@ -124,6 +124,7 @@ pub fn replay<R: DeviceMemoryResource + ?Sized>(
 
 /// Runs each event on a thread of its log thread, in log order: a thread waits for its turn,
 /// replays its event, and passes the turn on. A panic in the resource stops every thread.
+/// At most [`MAX_REPLAY_THREADS`] threads: past that, each takes several log threads.
 fn per_thread<R: DeviceMemoryResource + ?Sized>(
     log: &EventLog,
     state: &mut State<'_, R>,
@@ -132,6 +133,14 @@ fn per_thread<R: DeviceMemoryResource + ?Sized>(
     for (i, e) in log.events().iter().enumerate() {
         by_thread.entry(e.thread).or_default().push(i);
     }
+    // Each replay thread's events, in log order (the log threads it takes, merged).
+    let mut workers: Vec<Vec<usize>> = vec![Vec::new(); by_thread.len().min(MAX_REPLAY_THREADS)];
+    for (k, indices) in by_thread.into_values().enumerate() {
+        workers[k % MAX_REPLAY_THREADS].extend(indices);
+    }
+    for w in &mut workers {
+        w.sort_unstable();
+    }
     let turn = Mutex::new(Turn {
         next: 0,
         aborted: false,
@@ -139,18 +148,19 @@ fn per_thread<R: DeviceMemoryResource + ?Sized>(
     });
     let wake = Condvar::new();
     std::thread::scope(|scope| {
-        let handles: Vec<_> = by_thread
+        let handles: Vec<_> = workers
             .iter()
-            .map(|(&thread, indices)| {
+            .map(|indices| {
                 let (turn, wake) = (&turn, &wake);
-                let handle = scope.spawn(move || -> bool {
+                // The log thread of the event that panicked, if one did on this thread.
+                scope.spawn(move || -> Option<u64> {
                     for &i in indices {
                         let mut t = lock(turn);
                         while t.next != i && !t.aborted {
                             t = wake.wait(t).unwrap_or_else(|e| e.into_inner());
                         }
                         if t.aborted {
-                            return true;
+                            return None;
                         }
                         let event = &log.events()[i];
                         let ok = catch_unwind(AssertUnwindSafe(|| t.state.step(i, event)));
@@ -159,18 +169,18 @@ fn per_thread<R: DeviceMemoryResource + ?Sized>(
                         drop(t);
                         wake.notify_all();
                         if ok.is_err() {
-                            return false;
+                            return Some(event.thread);
                         }
                     }
-                    true
-                });
-                (thread, handle)
+                    None
+                })
             })
             .collect();
         let mut outcome = Ok(());
-        for (thread, h) in handles {
-            let finished = h.join().unwrap_or(false);
-            if !finished && outcome.is_ok() {
+        for h in handles {
+            // A thread that panicked outside the guarded step names no log thread.
+            let panicked = h.join().unwrap_or(Some(u64::MAX));
+            if let (Some(thread), true) = (panicked, outcome.is_ok()) {
                 outcome = Err(ReplayError::ThreadPanicked { thread });
             }
         }
