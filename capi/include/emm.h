@@ -423,9 +423,10 @@ enum EmmStatus emm_defer_cleanup_end(uint64_t token);
 void *emm_torch_alloc(ssize_t size, int device, cudaStream_t stream);
 
 /*
- Frees `ptr` from `emm_torch_alloc` on `stream`. NULL is ignored. PyTorch gives this
- function no way to report an error: a failure (an unknown pointer) is recorded as the
- thread's last error and written to stderr.
+ Frees `ptr` from `emm_torch_alloc` on `stream`. NULL is ignored. The pointer decides the
+ device: `device` is only a hint, so another device's ordinal frees it all the same.
+ PyTorch gives this function no way to report an error: a failure (an unknown pointer) is
+ recorded as the thread's last error and written to stderr.
  */
 void emm_torch_free(void *ptr, ssize_t size, int device, cudaStream_t stream);
 

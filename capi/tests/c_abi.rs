@@ -191,6 +191,39 @@ fn the_torch_pair_uses_the_device_it_is_given() {
     assert_eq!(emm_stream_destroy(1, s), EmmStatus::Ok);
 }
 
+/// PyTorch may name another device, or none it knows, when it frees: the pointer decides.
+#[test]
+fn the_torch_free_frees_by_pointer_whatever_device_it_names() {
+    let _g = setup();
+    let s1 = stream(1);
+    let s0 = stream(0);
+    for (device, stream) in [(0, s0), (0, null_mut()), (5, null_mut()), (-1, s1), (7, s0)] {
+        let p = emm_torch_alloc(1 << 20, 1, s1);
+        assert!(!p.is_null(), "{}", message());
+        emm_clear_last_error();
+        emm_torch_free(p, 1 << 20, device, stream);
+        assert_eq!(
+            emm_last_error_code(),
+            EmmStatus::Ok,
+            "device {device}: {}",
+            message()
+        );
+        assert_eq!(
+            stats()["devices"][1]["current_bytes"],
+            0,
+            "device {device}: the block stayed live"
+        );
+        // Freed, not leaked: a second free is an unknown pointer.
+        // SAFETY: a pointer emm_torch_alloc gave (freed: the call reports it).
+        assert_eq!(
+            unsafe { emm_free(p, null_mut()) },
+            EmmStatus::UnknownPointer
+        );
+    }
+    assert_eq!(emm_stream_destroy(1, s1), EmmStatus::Ok);
+    assert_eq!(emm_stream_destroy(0, s0), EmmStatus::Ok);
+}
+
 #[test]
 fn bad_input_gives_codes_and_messages_not_crashes() {
     let _g = setup();
