@@ -697,3 +697,93 @@ fn a_wasm_plugin_serves_the_c_abi() {
         );
     }
 }
+
+/// A configuration error quotes a short excerpt of the input, however long it is: a 64 MiB
+/// spec once came back as a 64 MiB message.
+#[test]
+fn a_configuration_error_quotes_an_excerpt_not_the_whole_input() {
+    let _g = setup();
+    let big = "y".repeat(64 << 20);
+    for (spec, status) in [
+        (
+            format!("{{\"pool_allocator\": {big}}}"),
+            EmmStatus::InvalidArgument,
+        ),
+        (format!("{{\"{big}\": true}}"), EmmStatus::InvalidArgument),
+        (big.clone(), EmmStatus::Config),
+    ] {
+        let c = CString::new(spec).unwrap();
+        // SAFETY: a NUL-terminated string.
+        let s = unsafe { emm_configure(c.as_ptr()) };
+        assert_eq!(s, status);
+        let m = message();
+        assert!(
+            m.len() < 1024,
+            "{} bytes of message: {}",
+            m.len(),
+            &m[..200]
+        );
+        assert!(m.contains("bytes in all"), "{m}");
+    }
+    assert_eq!(stats()["manager"], "pool", "nothing changed");
+}
+
+/// `{"devices": []}` would set up no device, so that every allocation failed: refused.
+#[test]
+fn a_chain_on_no_device_is_refused() {
+    let _g = setup();
+    for json in [
+        cr#"{"devices": []}"#,
+        cr#"{"pool_allocator": true, "devices": []}"#,
+    ] {
+        // SAFETY: NUL-terminated literals.
+        fails(
+            unsafe { emm_configure(json.as_ptr()) },
+            EmmStatus::InvalidArgument,
+            "devices is empty",
+        );
+        // SAFETY: as above.
+        fails(
+            unsafe { emm_reinitialize(json.as_ptr()) },
+            EmmStatus::InvalidArgument,
+            "devices is empty",
+        );
+    }
+    assert_eq!(stats()["manager"], "pool", "nothing changed");
+    let p = alloc(4096, 0, null_mut());
+    free(p, null_mut());
+}
+
+/// An allocation log on a full disk (`/dev/full`): allocations go on, and the lost lines are
+/// reported by `emm_log_check` (`EMM_STATUS_IO`) and in the statistics, not dropped silently.
+#[test]
+fn a_log_on_a_full_disk_is_reported_by_status_and_statistics() {
+    let _g = setup();
+    assert_eq!(stats()["devices"][0]["log"], serde_json::Value::Null);
+    let opts = cr#"{"pool_allocator": true, "devices": [0], "log_file_name": "/dev/full"}"#;
+    // SAFETY: a NUL-terminated literal.
+    assert_eq!(
+        unsafe { emm_reinitialize(opts.as_ptr()) },
+        EmmStatus::Ok,
+        "{}",
+        message()
+    );
+    assert_eq!(emm_log_check(-1), EmmStatus::Ok, "nothing logged yet");
+    let ptrs: Vec<_> = (0..3).map(|_| alloc(4096, 0, null_mut())).collect();
+    for p in ptrs {
+        free(p, null_mut());
+    }
+    fails(emm_log_check(0), EmmStatus::Io, "No space left on device");
+    assert!(message().contains("6 event lines lost"), "{}", message());
+    fails(emm_log_check(-1), EmmStatus::Io, "device 0");
+    let log = &stats()["devices"][0]["log"];
+    assert_eq!(log["lines_dropped"], 6, "{log}");
+    assert!(
+        log["failure"].as_str().unwrap_or("").contains("incomplete"),
+        "{log}"
+    );
+    assert_eq!(stats()["devices"][1]["log"], serde_json::Value::Null);
+    // SAFETY: a NUL-terminated literal.
+    assert_eq!(unsafe { emm_configure(c"pool".as_ptr()) }, EmmStatus::Ok);
+    assert_eq!(emm_log_check(-1), EmmStatus::Ok, "the pool writes no log");
+}

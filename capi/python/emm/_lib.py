@@ -28,6 +28,7 @@ CONFIG = 5
 NO_DEVICE = 6
 DRIVER = 7
 PANIC = 8
+IO = 9
 
 
 class EmmError(RuntimeError):
