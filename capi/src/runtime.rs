@@ -8,13 +8,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
 
 use emm_core::contract::selection::ManagerFactory;
-use emm_core::contract::{Context, DeferCleanupGuard, HostMemory};
+use emm_core::contract::{Context, DeferCleanupGuard};
 use emm_core::mr::LogHealth;
 use emm_core::{ContextId, DeviceId, Driver, StreamId};
 
 use crate::backend::Backend;
 use crate::buffers::Buffers;
 use crate::chain_factory::ChainFactory;
+use crate::host_table::HostEntry;
 use crate::live::{Ctx, Live, LiveTable};
 use crate::selection::{self, Spec};
 use crate::status::{CapiError, CapiResult, EmmStatus};
@@ -39,8 +40,8 @@ pub(crate) struct Runtime {
     backend: Backend,
     devices: Vec<DeviceSlot>,
     selected: RwLock<Selected>,
-    /// Pinned host memory and pins, by host address.
-    pub(crate) host: Mutex<BTreeMap<u64, HostMemory>>,
+    /// Pinned host memory and pins, by the host address the caller holds.
+    pub(crate) host: Mutex<BTreeMap<u64, HostEntry>>,
     /// `DeviceBuffer`s by handle.
     pub(crate) buffers: Buffers,
     deferrals: Mutex<BTreeMap<u64, DeferCleanupGuard>>,

@@ -787,3 +787,68 @@ fn a_log_on_a_full_disk_is_reported_by_status_and_statistics() {
     assert_eq!(unsafe { emm_configure(c"pool".as_ptr()) }, EmmStatus::Ok);
     assert_eq!(emm_log_check(-1), EmmStatus::Ok, "the pool writes no log");
 }
+
+/// On the simulator, host memory from `emm_host_alloc` is real memory the program reads and
+/// writes, and `emm_host_pin` pins the program's own memory, as on a GPU; the simulator still
+/// counts both, and a pin overlapping another is refused as CUDA refuses it.
+#[test]
+fn host_memory_on_the_simulator_is_real_and_pins_the_callers_memory() {
+    let _g = setup();
+    // SAFETY (every call): out-pointers writable; each pointer read or written lies inside
+    // memory emm handed out or the test's own vector, for its length.
+    unsafe {
+        for flags in [0, EMM_HOST_MAPPED | EMM_HOST_PORTABLE] {
+            let (mut h, mut d) = (null_mut(), null_mut());
+            let s = emm_host_alloc(1 << 20, 0, flags, &mut h, &mut d);
+            assert_eq!(s, EmmStatus::Ok, "{}", message());
+            assert_eq!(h as usize % 4096, 0, "page-aligned");
+            let bytes = std::slice::from_raw_parts_mut(h.cast::<u8>(), 1 << 20);
+            assert!(bytes.iter().all(|&b| b == 0), "zeroed");
+            std::ptr::write_bytes(h.cast::<u8>(), 0xab, 1 << 20);
+            assert!(bytes.iter().all(|&b| b == 0xab));
+            assert_eq!(d.is_null(), flags & EMM_HOST_MAPPED == 0);
+            assert_eq!(stats()["host_allocations"], 1);
+            free(h, null_mut());
+            assert_eq!(stats()["host_allocations"], 0);
+        }
+
+        let mut mine = vec![7u8; 3 << 20];
+        let p = mine.as_mut_ptr().cast::<c_void>();
+        let mut d = null_mut();
+        assert_eq!(
+            emm_host_pin(p, mine.len(), 0, 1, &mut d),
+            EmmStatus::Ok,
+            "{}",
+            message()
+        );
+        assert!(!d.is_null(), "a mapped pin has a device address");
+        fails(
+            emm_host_pin(p.byte_add(4096), 4096, 0, 0, null_mut()),
+            EmmStatus::InvalidArgument,
+            "overlap",
+        );
+        // The caller's memory stays the caller's while pinned, and after.
+        mine[12345] = 9;
+        free(p, null_mut());
+        assert_eq!((mine[0], mine[12345], mine[(3 << 20) - 1]), (7, 9, 7));
+        // Pinned again once unpinned, in two halves.
+        let half = mine.len() / 2;
+        assert_eq!(
+            emm_host_pin(p, half, 1, 0, null_mut()),
+            EmmStatus::Ok,
+            "{}",
+            message()
+        );
+        let q = p.byte_add(half);
+        assert_eq!(
+            emm_host_pin(q, half, 1, 0, null_mut()),
+            EmmStatus::Ok,
+            "{}",
+            message()
+        );
+        assert_eq!(stats()["host_allocations"], 2);
+        free(q, null_mut());
+        free(p, null_mut());
+        assert_eq!(stats()["host_allocations"], 0);
+    }
+}
