@@ -126,5 +126,23 @@ int main(void) {
         "{out}"
     );
     assert!(out.contains("\"backend\":\"sim\""), "{out}");
+    // The same under a 4 GiB address-space limit (`ulimit -v`): the pool's records no longer
+    // take 4 GiB of address space, so the first allocation does not abort the program.
+    let limited = std::process::Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -v 4194304 && exec \"$0\"")
+        .arg(&exe)
+        .env("LD_LIBRARY_PATH", &lib_dir)
+        .env("EMM_BACKEND", "sim")
+        .env_remove("EMM_MEMORY_MANAGER")
+        .output()
+        .expect("the C program runs under sh");
+    assert!(
+        limited.status.success(),
+        "under ulimit -v 4194304: {:?}: {}{}",
+        limited.status,
+        String::from_utf8_lossy(&limited.stdout),
+        String::from_utf8_lossy(&limited.stderr)
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
