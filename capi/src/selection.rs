@@ -86,6 +86,18 @@ pub(crate) fn parse_chain(json: &str) -> CapiResult<ReinitializeOptions> {
             ),
         )
     })?;
+    if let Some(path) = &c.log_file_name {
+        let text = path.to_string_lossy();
+        if text.len() > MAX_NAME_BYTES {
+            return Err(CapiError::invalid(
+                "emm_reinitialize",
+                format!(
+                    "log_file_name {} is longer than a path can be ({MAX_NAME_BYTES} bytes)",
+                    excerpt(&text)
+                ),
+            ));
+        }
+    }
     Ok(ReinitializeOptions {
         pool_allocator: c.pool_allocator,
         initial_pool_size: c.initial_pool_size,
@@ -209,6 +221,10 @@ mod tests {
                 "bytes in all",
             ),
             (big.clone(), "longer than any manager name"),
+            (
+                format!("{{\"log_file_name\": \"/tmp/{big}\"}}"),
+                "longer than a path can be",
+            ),
         ] {
             let e = parse(Some(&spec)).unwrap_err();
             assert!(

@@ -158,7 +158,19 @@ pub fn reinitialize_chains(
                     .into(),
             })
         }
-        Some(d) => d.clone(),
+        Some(d) => {
+            let mut seen = std::collections::BTreeSet::new();
+            if let Some(twice) = d.iter().find(|x| !seen.insert(x.0)) {
+                return Err(MrError::InvalidArgument {
+                    resource: "reinitialize",
+                    reason: format!(
+                        "device {} is listed twice in devices; name each device once",
+                        twice.0
+                    ),
+                });
+            }
+            d.clone()
+        }
         None => (0..driver.device_count()?).map(DeviceId).collect(),
     };
     let before = driver.current_context()?;
