@@ -89,6 +89,11 @@ typedef enum EmmStatus {
    An internal error (a caught panic): emm's bug; the message says where.
    */
   EMM_STATUS_PANIC = 8,
+  /*
+   Writing a file emm was told to write failed (the allocation log on a full disk): the
+   memory calls went on, the file is incomplete; the message says from where.
+   */
+  EMM_STATUS_IO = 9,
 } EmmStatus;
 
 #ifdef __cplusplus
@@ -375,10 +380,20 @@ enum EmmStatus emm_memory_info(int device, size_t *free, size_t *total);
  The statistics as a JSON object, owned by the caller (free it with `emm_string_free`):
  `backend`, `manager`, and for each device the bytes and allocations live now
  (`current_bytes`, `current_allocations`), at most at once (`peak_*`) and ever (`total_*`)
- through this library; `host_allocations`, `device_buffers`. NULL on failure (see
+ through this library, and `log`: `null`, or, when the manager writes an allocation log
+ (`emm_reinitialize`'s `log_file_name`), `lines_dropped` and `failure` (`null` while the log
+ is whole); `host_allocations`, `device_buffers`. NULL on failure (see
  `emm_last_error_message`).
  */
 char *emm_stats_json(void);
+
+/*
+ Whether `device`'s allocation log (`emm_reinitialize`'s `log_file_name`) holds every event
+ so far (-1: every device's). `EMM_STATUS_OK` when it does, or when nothing is logged;
+ `EMM_STATUS_IO` when writing it failed (a full disk): allocations went on, and the message
+ says what failed and how many lines were lost.
+ */
+enum EmmStatus emm_log_check(int device);
 
 /*
  Restarts the peak figures of `emm_stats_json` from what is live now (every device).
@@ -423,9 +438,10 @@ enum EmmStatus emm_defer_cleanup_end(uint64_t token);
 void *emm_torch_alloc(ssize_t size, int device, cudaStream_t stream);
 
 /*
- Frees `ptr` from `emm_torch_alloc` on `stream`. NULL is ignored. PyTorch gives this
- function no way to report an error: a failure (an unknown pointer) is recorded as the
- thread's last error and written to stderr.
+ Frees `ptr` from `emm_torch_alloc` on `stream`. NULL is ignored. The pointer decides the
+ device: `device` is only a hint, so another device's ordinal frees it all the same.
+ PyTorch gives this function no way to report an error: a failure (an unknown pointer) is
+ recorded as the thread's last error and written to stderr.
  */
 void emm_torch_free(void *ptr, ssize_t size, int device, cudaStream_t stream);
 

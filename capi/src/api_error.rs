@@ -60,6 +60,7 @@ fn status_name(status: c_int) -> &'static std::ffi::CStr {
         6 => c"EMM_STATUS_NO_DEVICE",
         7 => c"EMM_STATUS_DRIVER",
         8 => c"EMM_STATUS_PANIC",
+        9 => c"EMM_STATUS_IO",
         _ => c"EMM_STATUS_UNKNOWN",
     }
 }
@@ -80,6 +81,7 @@ mod tests {
             EmmStatus::NoDevice,
             EmmStatus::Driver,
             EmmStatus::Panic,
+            EmmStatus::Io,
         ] {
             // SAFETY: emm_status_name returns a static NUL-terminated string.
             let name = unsafe { std::ffi::CStr::from_ptr(emm_status_name(s as i32)) };

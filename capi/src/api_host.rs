@@ -2,11 +2,13 @@
 //! advice. All of it is released by `emm_free`.
 
 use std::ffi::{c_int, c_void};
+use std::sync::Arc;
 
 use emm_core::{Advice, DevicePtr, HostPtr, Location};
 
 use crate::api_config::cudaStream_t;
 use crate::boundary::{status, write_out};
+use crate::host_table::{overlapping, HostEntry};
 use crate::live::Live;
 use crate::runtime::{lock, runtime, Runtime};
 use crate::status::{CapiError, CapiResult, EmmStatus};
@@ -60,10 +62,15 @@ pub unsafe extern "C" fn emm_host_alloc(
             flags & EMM_HOST_PORTABLE != 0,
             flags & EMM_HOST_WRITE_COMBINED != 0,
         )?;
-        let (h, dev) = (memory.host_ptr(), memory.device_ptr());
-        lock(&r.host).insert(h.0, memory);
+        let dev = memory.device_ptr();
+        let (h, entry) = if r.backend().is_sim() {
+            HostEntry::with_real_memory(memory)?
+        } else {
+            (memory.host_ptr().0, HostEntry::plain(memory))
+        };
+        lock(&r.host).insert(h, entry);
         // SAFETY: checked non-null above; writable by the caller's promise (1).
-        unsafe { write_out(F, "host_ptr", host_ptr, h.0 as *mut c_void) }?;
+        unsafe { write_out(F, "host_ptr", host_ptr, h as *mut c_void) }?;
         if let (Some(dp), false) = (dev, device_ptr.is_null()) {
             // SAFETY: non-null; writable by the caller's promise (1).
             unsafe { write_out(F, "device_ptr", device_ptr, dp.0 as *mut c_void) }?;
@@ -98,17 +105,58 @@ pub unsafe extern "C" fn emm_host_pin(
         }
         let r = runtime()?;
         let d = r.device(device)?;
-        let memory = r
-            .context(d)?
-            .mempin(None, HostPtr(ptr as u64), size, mapped != 0)?;
-        let dev = memory.device_ptr();
-        lock(&r.host).insert(ptr as u64, memory);
+        let addr = ptr as u64;
+        let entry = if r.backend().is_sim() {
+            pin_stand_in(r, d, addr, size, mapped != 0)?
+        } else {
+            let memory = r
+                .context(d)?
+                .mempin(None, HostPtr(addr), size, mapped != 0)?;
+            HostEntry::plain(memory)
+        };
+        let dev = entry.device_ptr();
+        lock(&r.host).insert(addr, entry);
         if let (Some(dp), false) = (dev, device_ptr.is_null()) {
             // SAFETY: non-null; writable by the caller's promise (2).
             unsafe { write_out(F, "device_ptr", device_ptr, dp.0 as *mut c_void) }?;
         }
         Ok(())
     })
+}
+
+/// On the simulator: pins a simulated stand-in of the caller's `size` bytes at `addr` (the
+/// simulator pins only memory it handed out), refusing a range that overlaps one already
+/// pinned or allocated, as CUDA does.
+fn pin_stand_in(
+    r: &Runtime,
+    d: emm_core::DeviceId,
+    addr: u64,
+    size: usize,
+    mapped: bool,
+) -> CapiResult<HostEntry> {
+    const F: &str = "emm_host_pin";
+    if size == 0 {
+        return Err(CapiError::invalid(F, "size 0: pin at least one byte"));
+    }
+    if let Some(base) = overlapping(&lock(&r.host), addr, size) {
+        return Err(CapiError::invalid(
+            F,
+            format!(
+                "{size} bytes at {addr:#x} overlap the host memory or pin at {base:#x}; free \
+                 that first"
+            ),
+        ));
+    }
+    let context = r.context(d)?;
+    let driver = Arc::clone(r.driver());
+    let stand_in = r.in_context(d, || Ok(driver.pageable_alloc(size)?))?;
+    match context.mempin(None, stand_in, size, mapped) {
+        Ok(memory) => Ok(HostEntry::with_stand_in(memory, driver, stand_in)),
+        Err(e) => {
+            let _ = driver.pageable_free(stand_in);
+            Err(e.into())
+        }
+    }
 }
 
 /// Allocates `size` bytes of managed memory on `device` (`attach_global`: accessible from any

@@ -3,6 +3,7 @@
 use std::ffi::{c_char, c_int, CString};
 
 use emm_core::contract::EmmError;
+use emm_core::mr::LogHealth;
 use serde::Serialize;
 
 use crate::boundary::{call, status, write_out};
@@ -56,6 +57,26 @@ struct DeviceStats {
     #[serde(flatten)]
     stats: Stats,
     context: bool,
+    /// The allocation log's health, when the manager logs.
+    log: Option<LogStats>,
+}
+
+/// What became of an allocation log's lines.
+#[derive(Serialize)]
+struct LogStats {
+    /// Event lines not written (the first that failed and every one after it).
+    lines_dropped: u64,
+    /// The first write failure; `None` while the log is whole.
+    failure: Option<String>,
+}
+
+impl From<LogHealth> for LogStats {
+    fn from(h: LogHealth) -> Self {
+        LogStats {
+            lines_dropped: h.lines_dropped(),
+            failure: h.failure().map(str::to_string),
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -71,7 +92,9 @@ struct Report {
 /// The statistics as a JSON object, owned by the caller (free it with `emm_string_free`):
 /// `backend`, `manager`, and for each device the bytes and allocations live now
 /// (`current_bytes`, `current_allocations`), at most at once (`peak_*`) and ever (`total_*`)
-/// through this library; `host_allocations`, `device_buffers`. NULL on failure (see
+/// through this library, and `log`: `null`, or, when the manager writes an allocation log
+/// (`emm_reinitialize`'s `log_file_name`), `lines_dropped` and `failure` (`null` while the log
+/// is whole); `host_allocations`, `device_buffers`. NULL on failure (see
 /// `emm_last_error_message`).
 #[no_mangle]
 pub extern "C" fn emm_stats_json() -> *mut c_char {
@@ -88,6 +111,7 @@ pub extern "C" fn emm_stats_json() -> *mut c_char {
                         device: d.0,
                         stats: r.live(d).stats(),
                         context: with_context.contains(&d.0),
+                        log: r.log(d).map(LogStats::from),
                     })
                 })
                 .collect::<Result<Vec<_>, CapiError>>()?;
@@ -105,6 +129,38 @@ pub extern "C" fn emm_stats_json() -> *mut c_char {
             Ok(CString::new(text).unwrap_or_default().into_raw())
         },
     )
+}
+
+/// Whether `device`'s allocation log (`emm_reinitialize`'s `log_file_name`) holds every event
+/// so far (-1: every device's). `EMM_STATUS_OK` when it does, or when nothing is logged;
+/// `EMM_STATUS_IO` when writing it failed (a full disk): allocations went on, and the message
+/// says what failed and how many lines were lost.
+#[no_mangle]
+pub extern "C" fn emm_log_check(device: c_int) -> EmmStatus {
+    status("emm_log_check", || {
+        let r = runtime()?;
+        let devices = if device == -1 {
+            (0..r.device_count() as i32)
+                .map(|i| r.device(i))
+                .collect::<Result<Vec<_>, _>>()?
+        } else {
+            vec![r.device(device)?]
+        };
+        for d in devices {
+            let Some(log) = r.log(d) else { continue };
+            if let Some(failure) = log.failure() {
+                return Err(CapiError::new(
+                    EmmStatus::Io,
+                    format!(
+                        "emm_log_check: device {}: {failure} ({} event lines lost so far)",
+                        d.0,
+                        log.lines_dropped()
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    })
 }
 
 /// Restarts the peak figures of `emm_stats_json` from what is live now (every device).

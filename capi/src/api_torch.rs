@@ -36,9 +36,10 @@ pub extern "C" fn emm_torch_alloc(
     )
 }
 
-/// Frees `ptr` from `emm_torch_alloc` on `stream`. NULL is ignored. PyTorch gives this
-/// function no way to report an error: a failure (an unknown pointer) is recorded as the
-/// thread's last error and written to stderr.
+/// Frees `ptr` from `emm_torch_alloc` on `stream`. NULL is ignored. The pointer decides the
+/// device: `device` is only a hint, so another device's ordinal frees it all the same.
+/// PyTorch gives this function no way to report an error: a failure (an unknown pointer) is
+/// recorded as the thread's last error and written to stderr.
 #[no_mangle]
 pub extern "C" fn emm_torch_free(
     ptr: *mut c_void,
@@ -55,11 +56,17 @@ pub extern "C" fn emm_torch_free(
                 return Ok(());
             }
             let r = runtime()?;
-            let d = r.device(device)?;
-            // A stream that cannot be resolved must not leak the memory: free it on its own.
-            let s = r.stream(stream, d).ok();
-            r.free("emm_torch_free", ptr as u64, s, Some(d))
-                .inspect_err(|e| eprintln!("emm: {e}"))
+            let addr = ptr as u64;
+            // The pointer decides which device's memory it is: the device PyTorch names is
+            // only a hint (another device's, or none this process sees, must not leak it).
+            let hint = r.device(device).ok();
+            let freed = match r.device_of(addr, hint) {
+                // A stream that cannot be resolved on that device must not leak the memory
+                // either: it is then freed on its own.
+                Some(d) => r.free("emm_torch_free", addr, r.stream(stream, d).ok(), Some(d)),
+                None => Err(r.unknown("emm_torch_free", addr)),
+            };
+            freed.inspect_err(|e| eprintln!("emm: {e}"))
         },
     );
 }

@@ -119,6 +119,11 @@ impl Backend {
         }
     }
 
+    /// Whether the GPU is the simulated one, whose host memory is simulated too.
+    pub(crate) fn is_sim(&self) -> bool {
+        matches!(self.kind, Kind::Sim)
+    }
+
     /// Drops a borrowed stream from the CUDA driver's list (its owner destroys it).
     pub(crate) fn forget_stream(&self, s: StreamId) -> bool {
         match &self.kind {

@@ -13,6 +13,8 @@
 //! - `selection`: the manager spec (built-in name, `.wasm` path, or reinitialize options).
 //! - `chain_factory`: the managers over the resource chains `emm_reinitialize` builds.
 //! - `live`: one device's live allocations and their statistics.
+//! - `host_table`: host memory and pins by the caller's address (real memory on the
+//!   simulator).
 //! - `runtime`: the process-wide state: backend, manager, one context per device.
 //! - `runtime_resource`: the runtime as a `DeviceMemoryResource`, so `DeviceBuffer`s share it.
 //! - `buffers`: the `DeviceBuffer`s handed out by handle.
@@ -38,6 +40,7 @@ mod backend;
 mod boundary;
 mod buffers;
 mod chain_factory;
+mod host_table;
 mod last_error;
 mod live;
 mod runtime;

@@ -8,20 +8,24 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
 
 use emm_core::contract::selection::ManagerFactory;
-use emm_core::contract::{Context, DeferCleanupGuard, HostMemory};
+use emm_core::contract::{Context, DeferCleanupGuard};
+use emm_core::mr::LogHealth;
 use emm_core::{ContextId, DeviceId, Driver, StreamId};
 
 use crate::backend::Backend;
 use crate::buffers::Buffers;
 use crate::chain_factory::ChainFactory;
+use crate::host_table::HostEntry;
 use crate::live::{Ctx, Live, LiveTable};
 use crate::selection::{self, Spec};
 use crate::status::{CapiError, CapiResult, EmmStatus};
 
-/// The manager in use: what it was called and its factory.
+/// The manager in use: what it was called, its factory, and the health of the allocation log
+/// of each device whose chain logs.
 struct Selected {
     name: String,
     factory: Arc<dyn ManagerFactory>,
+    logs: BTreeMap<DeviceId, LogHealth>,
 }
 
 /// One device: its context (made on first use with the selected manager) and live memory.
@@ -36,8 +40,8 @@ pub(crate) struct Runtime {
     backend: Backend,
     devices: Vec<DeviceSlot>,
     selected: RwLock<Selected>,
-    /// Pinned host memory and pins, by host address.
-    pub(crate) host: Mutex<BTreeMap<u64, HostMemory>>,
+    /// Pinned host memory and pins, by the host address the caller holds.
+    pub(crate) host: Mutex<BTreeMap<u64, HostEntry>>,
     /// `DeviceBuffer`s by handle.
     pub(crate) buffers: Buffers,
     deferrals: Mutex<BTreeMap<u64, DeferCleanupGuard>>,
@@ -56,17 +60,28 @@ fn select(driver: &Arc<dyn Driver>, n: usize, spec: Spec) -> CapiResult<Selected
         Spec::Registry(name) => Selected {
             factory: selection::registry_factory(&name)?,
             name,
+            logs: BTreeMap::new(),
         },
         Spec::Chain(options) => {
-            let built = emm_core::reinitialize(Arc::clone(driver), &options)?;
+            let built = emm_core::reinitialize_chains(Arc::clone(driver), &options)?;
             let devices: Vec<DeviceId> = match &options.devices {
                 Some(d) => d.clone(),
                 None => (0..n as u32).map(DeviceId).collect(),
             };
-            let chains = devices.into_iter().zip(built).collect();
+            let logs = devices
+                .iter()
+                .zip(&built)
+                .filter_map(|(&d, c)| Some((d, c.log.clone()?)))
+                .collect();
+            let chains = devices
+                .into_iter()
+                .zip(built)
+                .map(|(d, c)| (d, c.resource))
+                .collect();
             Selected {
                 name: format!("reinitialize({options:?})"),
                 factory: Arc::new(ChainFactory::new(chains, options.managed_memory)),
+                logs,
             }
         }
     })
@@ -130,6 +145,17 @@ impl Runtime {
             .unwrap_or_else(|e| e.into_inner())
             .name
             .clone()
+    }
+
+    /// The health of `d`'s allocation log, when the manager in use logs (`emm_reinitialize`'s
+    /// `log_file_name`).
+    pub(crate) fn log(&self, d: DeviceId) -> Option<LogHealth> {
+        self.selected
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .logs
+            .get(&d)
+            .cloned()
     }
 
     /// Makes `spec` (`None`: the environment's or the default) the manager of every device.

@@ -44,6 +44,29 @@ struct ChainJson {
     devices: Option<Vec<u32>>,
 }
 
+/// The longest manager name or plugin path `emm_configure` takes (Linux's `PATH_MAX`).
+const MAX_NAME_BYTES: usize = 4096;
+
+/// How much of a caller's text an error message quotes.
+const EXCERPT_CHARS: usize = 64;
+
+/// `text` quoted for an error message: whole when short, else its first [`EXCERPT_CHARS`]
+/// characters and its length, so that a message never grows with what it was given.
+pub(crate) fn excerpt(text: &str) -> String {
+    match text.char_indices().nth(EXCERPT_CHARS) {
+        None => format!("{text:?}"),
+        Some((cut, _)) => format!("{:?}… ({} bytes in all)", &text[..cut], text.len()),
+    }
+}
+
+/// [`excerpt`] unquoted, for a message that quotes in its own way (serde's).
+fn shortened(text: &str) -> String {
+    match text.char_indices().nth(EXCERPT_CHARS) {
+        None => text.to_string(),
+        Some((cut, _)) => format!("{}… ({} bytes in all)", &text[..cut], text.len()),
+    }
+}
+
 /// Parses reinitialize options from JSON.
 ///
 /// # Errors
@@ -54,12 +77,27 @@ pub(crate) fn parse_chain(json: &str) -> CapiResult<ReinitializeOptions> {
         CapiError::invalid(
             "emm_reinitialize",
             format!(
-                "options {json:?} are not valid: {e}; give a JSON object with pool_allocator, \
+                "options {} are not valid: {}; give a JSON object with pool_allocator, \
                  initial_pool_size, maximum_pool_size, managed_memory, log_file_name, \
-                 statistics, devices"
+                 statistics, devices",
+                excerpt(json),
+                // serde quotes an unknown field or a bad string whole: cut that too.
+                shortened(&e.to_string())
             ),
         )
     })?;
+    if let Some(path) = &c.log_file_name {
+        let text = path.to_string_lossy();
+        if text.len() > MAX_NAME_BYTES {
+            return Err(CapiError::invalid(
+                "emm_reinitialize",
+                format!(
+                    "log_file_name {} is longer than a path can be ({MAX_NAME_BYTES} bytes)",
+                    excerpt(&text)
+                ),
+            ));
+        }
+    }
     Ok(ReinitializeOptions {
         pool_allocator: c.pool_allocator,
         initial_pool_size: c.initial_pool_size,
@@ -82,6 +120,16 @@ pub(crate) fn parse(spec: Option<&str>) -> CapiResult<Option<Spec>> {
     };
     if s.starts_with('{') {
         return Ok(Some(Spec::Chain(parse_chain(s)?)));
+    }
+    if s.len() > MAX_NAME_BYTES {
+        return Err(CapiError::new(
+            EmmStatus::Config,
+            format!(
+                "emm_configure: {} is longer than any manager name or plugin path \
+                 ({MAX_NAME_BYTES} bytes); give a built-in name, a .wasm path or a JSON object",
+                excerpt(s)
+            ),
+        ));
     }
     Ok(Some(Spec::Registry(s.to_string())))
 }
@@ -155,5 +203,39 @@ mod tests {
         let e = parse(Some(r#"{"pool": true}"#)).unwrap_err();
         assert_eq!(e.status, EmmStatus::InvalidArgument);
         assert!(e.message.contains("unknown field `pool`"), "{}", e.message);
+    }
+
+    /// A message quotes a short excerpt of what it was given, never the whole of a huge
+    /// input: bad JSON, a huge unknown field, a huge name.
+    #[test]
+    fn errors_quote_an_excerpt_of_a_huge_spec() {
+        let big = "x".repeat(1 << 20);
+        for (spec, words) in [
+            (
+                format!("{{\"pool_allocator\": {big}"),
+                "(1048595 bytes in all)",
+            ),
+            (format!("{{\"{big}\": 1}}"), "unknown field"),
+            (
+                format!("{{\"log_file_name\": 1, \"a\": \"{big}"),
+                "bytes in all",
+            ),
+            (big.clone(), "longer than any manager name"),
+            (
+                format!("{{\"log_file_name\": \"/tmp/{big}\"}}"),
+                "longer than a path can be",
+            ),
+        ] {
+            let e = parse(Some(&spec)).unwrap_err();
+            assert!(
+                e.message.len() < 1024,
+                "{} bytes of message",
+                e.message.len()
+            );
+            assert!(e.message.contains(words), "{}", e.message);
+        }
+        assert_eq!(excerpt("short"), "\"short\"");
+        let multibyte = "é".repeat(100);
+        assert!(excerpt(&multibyte).ends_with("… (200 bytes in all)"));
     }
 }

@@ -30,6 +30,9 @@ pub enum EmmStatus {
     Driver = 7,
     /// An internal error (a caught panic): emm's bug; the message says where.
     Panic = 8,
+    /// Writing a file emm was told to write failed (the allocation log on a full disk): the
+    /// memory calls went on, the file is incomplete; the message says from where.
+    Io = 9,
 }
 
 /// A failure at the C boundary: a status and the message `emm_last_error_message` returns.

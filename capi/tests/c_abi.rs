@@ -191,6 +191,39 @@ fn the_torch_pair_uses_the_device_it_is_given() {
     assert_eq!(emm_stream_destroy(1, s), EmmStatus::Ok);
 }
 
+/// PyTorch may name another device, or none it knows, when it frees: the pointer decides.
+#[test]
+fn the_torch_free_frees_by_pointer_whatever_device_it_names() {
+    let _g = setup();
+    let s1 = stream(1);
+    let s0 = stream(0);
+    for (device, stream) in [(0, s0), (0, null_mut()), (5, null_mut()), (-1, s1), (7, s0)] {
+        let p = emm_torch_alloc(1 << 20, 1, s1);
+        assert!(!p.is_null(), "{}", message());
+        emm_clear_last_error();
+        emm_torch_free(p, 1 << 20, device, stream);
+        assert_eq!(
+            emm_last_error_code(),
+            EmmStatus::Ok,
+            "device {device}: {}",
+            message()
+        );
+        assert_eq!(
+            stats()["devices"][1]["current_bytes"],
+            0,
+            "device {device}: the block stayed live"
+        );
+        // Freed, not leaked: a second free is an unknown pointer.
+        // SAFETY: a pointer emm_torch_alloc gave (freed: the call reports it).
+        assert_eq!(
+            unsafe { emm_free(p, null_mut()) },
+            EmmStatus::UnknownPointer
+        );
+    }
+    assert_eq!(emm_stream_destroy(1, s1), EmmStatus::Ok);
+    assert_eq!(emm_stream_destroy(0, s0), EmmStatus::Ok);
+}
+
 #[test]
 fn bad_input_gives_codes_and_messages_not_crashes() {
     let _g = setup();
@@ -662,5 +695,160 @@ fn a_wasm_plugin_serves_the_c_abi() {
             EmmStatus::InvalidArgument,
             "size 0",
         );
+    }
+}
+
+/// A configuration error quotes a short excerpt of the input, however long it is: a 64 MiB
+/// spec once came back as a 64 MiB message.
+#[test]
+fn a_configuration_error_quotes_an_excerpt_not_the_whole_input() {
+    let _g = setup();
+    let big = "y".repeat(64 << 20);
+    for (spec, status) in [
+        (
+            format!("{{\"pool_allocator\": {big}}}"),
+            EmmStatus::InvalidArgument,
+        ),
+        (format!("{{\"{big}\": true}}"), EmmStatus::InvalidArgument),
+        (big.clone(), EmmStatus::Config),
+    ] {
+        let c = CString::new(spec).unwrap();
+        // SAFETY: a NUL-terminated string.
+        let s = unsafe { emm_configure(c.as_ptr()) };
+        assert_eq!(s, status);
+        let m = message();
+        assert!(
+            m.len() < 1024,
+            "{} bytes of message: {}",
+            m.len(),
+            &m[..200]
+        );
+        assert!(m.contains("bytes in all"), "{m}");
+    }
+    assert_eq!(stats()["manager"], "pool", "nothing changed");
+}
+
+/// `{"devices": []}` would set up no device, so that every allocation failed: refused.
+#[test]
+fn a_chain_on_no_device_is_refused() {
+    let _g = setup();
+    for json in [
+        cr#"{"devices": []}"#,
+        cr#"{"pool_allocator": true, "devices": []}"#,
+    ] {
+        // SAFETY: NUL-terminated literals.
+        fails(
+            unsafe { emm_configure(json.as_ptr()) },
+            EmmStatus::InvalidArgument,
+            "devices is empty",
+        );
+        // SAFETY: as above.
+        fails(
+            unsafe { emm_reinitialize(json.as_ptr()) },
+            EmmStatus::InvalidArgument,
+            "devices is empty",
+        );
+    }
+    assert_eq!(stats()["manager"], "pool", "nothing changed");
+    let p = alloc(4096, 0, null_mut());
+    free(p, null_mut());
+}
+
+/// An allocation log on a full disk (`/dev/full`): allocations go on, and the lost lines are
+/// reported by `emm_log_check` (`EMM_STATUS_IO`) and in the statistics, not dropped silently.
+#[test]
+fn a_log_on_a_full_disk_is_reported_by_status_and_statistics() {
+    let _g = setup();
+    assert_eq!(stats()["devices"][0]["log"], serde_json::Value::Null);
+    let opts = cr#"{"pool_allocator": true, "devices": [0], "log_file_name": "/dev/full"}"#;
+    // SAFETY: a NUL-terminated literal.
+    assert_eq!(
+        unsafe { emm_reinitialize(opts.as_ptr()) },
+        EmmStatus::Ok,
+        "{}",
+        message()
+    );
+    assert_eq!(emm_log_check(-1), EmmStatus::Ok, "nothing logged yet");
+    let ptrs: Vec<_> = (0..3).map(|_| alloc(4096, 0, null_mut())).collect();
+    for p in ptrs {
+        free(p, null_mut());
+    }
+    fails(emm_log_check(0), EmmStatus::Io, "No space left on device");
+    assert!(message().contains("6 event lines lost"), "{}", message());
+    fails(emm_log_check(-1), EmmStatus::Io, "device 0");
+    let log = &stats()["devices"][0]["log"];
+    assert_eq!(log["lines_dropped"], 6, "{log}");
+    assert!(
+        log["failure"].as_str().unwrap_or("").contains("incomplete"),
+        "{log}"
+    );
+    assert_eq!(stats()["devices"][1]["log"], serde_json::Value::Null);
+    // SAFETY: a NUL-terminated literal.
+    assert_eq!(unsafe { emm_configure(c"pool".as_ptr()) }, EmmStatus::Ok);
+    assert_eq!(emm_log_check(-1), EmmStatus::Ok, "the pool writes no log");
+}
+
+/// On the simulator, host memory from `emm_host_alloc` is real memory the program reads and
+/// writes, and `emm_host_pin` pins the program's own memory, as on a GPU; the simulator still
+/// counts both, and a pin overlapping another is refused as CUDA refuses it.
+#[test]
+fn host_memory_on_the_simulator_is_real_and_pins_the_callers_memory() {
+    let _g = setup();
+    // SAFETY (every call): out-pointers writable; each pointer read or written lies inside
+    // memory emm handed out or the test's own vector, for its length.
+    unsafe {
+        for flags in [0, EMM_HOST_MAPPED | EMM_HOST_PORTABLE] {
+            let (mut h, mut d) = (null_mut(), null_mut());
+            let s = emm_host_alloc(1 << 20, 0, flags, &mut h, &mut d);
+            assert_eq!(s, EmmStatus::Ok, "{}", message());
+            assert_eq!(h as usize % 4096, 0, "page-aligned");
+            let bytes = std::slice::from_raw_parts_mut(h.cast::<u8>(), 1 << 20);
+            assert!(bytes.iter().all(|&b| b == 0), "zeroed");
+            std::ptr::write_bytes(h.cast::<u8>(), 0xab, 1 << 20);
+            assert!(bytes.iter().all(|&b| b == 0xab));
+            assert_eq!(d.is_null(), flags & EMM_HOST_MAPPED == 0);
+            assert_eq!(stats()["host_allocations"], 1);
+            free(h, null_mut());
+            assert_eq!(stats()["host_allocations"], 0);
+        }
+
+        let mut mine = vec![7u8; 3 << 20];
+        let p = mine.as_mut_ptr().cast::<c_void>();
+        let mut d = null_mut();
+        assert_eq!(
+            emm_host_pin(p, mine.len(), 0, 1, &mut d),
+            EmmStatus::Ok,
+            "{}",
+            message()
+        );
+        assert!(!d.is_null(), "a mapped pin has a device address");
+        fails(
+            emm_host_pin(p.byte_add(4096), 4096, 0, 0, null_mut()),
+            EmmStatus::InvalidArgument,
+            "overlap",
+        );
+        // The caller's memory stays the caller's while pinned, and after.
+        mine[12345] = 9;
+        free(p, null_mut());
+        assert_eq!((mine[0], mine[12345], mine[(3 << 20) - 1]), (7, 9, 7));
+        // Pinned again once unpinned, in two halves.
+        let half = mine.len() / 2;
+        assert_eq!(
+            emm_host_pin(p, half, 1, 0, null_mut()),
+            EmmStatus::Ok,
+            "{}",
+            message()
+        );
+        let q = p.byte_add(half);
+        assert_eq!(
+            emm_host_pin(q, half, 1, 0, null_mut()),
+            EmmStatus::Ok,
+            "{}",
+            message()
+        );
+        assert_eq!(stats()["host_allocations"], 2);
+        free(q, null_mut());
+        free(p, null_mut());
+        assert_eq!(stats()["host_allocations"], 0);
     }
 }

@@ -56,6 +56,8 @@ fn a_c_program_builds_against_the_header_and_runs() {
     std::fs::write(
         &src,
         r#"#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include "emm.h"
 int main(void) {
     void *p = NULL;
@@ -68,6 +70,21 @@ int main(void) {
     void *t = emm_torch_alloc(256, 0, (cudaStream_t)0);
     if (t == NULL) return 5;
     emm_torch_free(t, 256, 0, (cudaStream_t)0);
+    /* Host memory is real memory, on the simulator as on a GPU; a pin pins the caller's. */
+    unsigned char *h = NULL;
+    if (emm_host_alloc(1 << 20, 0, 0, (void **)&h, NULL) != EMM_STATUS_OK) return 7;
+    memset(h, 0x5a, 1 << 20);
+    if (h[0] != 0x5a || h[(1 << 20) - 1] != 0x5a) return 8;
+    if (emm_free(h, NULL) != EMM_STATUS_OK) return 9;
+    unsigned char *mine = malloc(1 << 16);
+    void *dev = NULL;
+    if (mine == NULL) return 10;
+    memset(mine, 1, 1 << 16);
+    if (emm_host_pin(mine, 1 << 16, 0, 1, &dev) != EMM_STATUS_OK || dev == NULL) return 11;
+    mine[100] = 2;
+    if (emm_free(mine, NULL) != EMM_STATUS_OK) return 12;
+    if (mine[99] != 1 || mine[100] != 2) return 13;
+    free(mine);
     char *s = emm_stats_json();
     if (s == NULL) return 6;
     puts(s);
@@ -109,5 +126,23 @@ int main(void) {
         "{out}"
     );
     assert!(out.contains("\"backend\":\"sim\""), "{out}");
+    // The same under a 4 GiB address-space limit (`ulimit -v`): the pool's records no longer
+    // take 4 GiB of address space, so the first allocation does not abort the program.
+    let limited = std::process::Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -v 4194304 && exec \"$0\"")
+        .arg(&exe)
+        .env("LD_LIBRARY_PATH", &lib_dir)
+        .env("EMM_BACKEND", "sim")
+        .env_remove("EMM_MEMORY_MANAGER")
+        .output()
+        .expect("the C program runs under sh");
+    assert!(
+        limited.status.success(),
+        "under ulimit -v 4194304: {:?}: {}{}",
+        limited.status,
+        String::from_utf8_lossy(&limited.stdout),
+        String::from_utf8_lossy(&limited.stderr)
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -166,3 +166,151 @@ fn bench_threads_and_devices_run_and_refuse_bad_input() {
     assert_eq!(emm("bench --devices 17"), EXIT_CANNOT_RUN);
     assert_eq!(emm("bench --threads 2 --streams both"), EXIT_CANNOT_RUN);
 }
+
+/// The built `emm` binary, with `args`, its stdout to `stdout` (piped when `None`); waits at
+/// most a minute. Returns the status and stderr.
+fn emm_binary(
+    args: &[&std::ffi::OsStr],
+    stdout: Option<std::process::Stdio>,
+) -> (std::process::ExitStatus, String) {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_emm"))
+        .args(args)
+        .stdout(stdout.unwrap_or_else(std::process::Stdio::piped))
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run the emm binary");
+    let mut stderr = child.stderr.take().expect("stderr is piped");
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut stderr, &mut text).ok();
+        text
+    });
+    let stdout = child.stdout.take();
+    let drain = std::thread::spawn(move || {
+        if let Some(mut out) = stdout {
+            std::io::copy(&mut out, &mut std::io::sink()).ok();
+        }
+    });
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait for emm") {
+            break s;
+        }
+        if start.elapsed() > std::time::Duration::from_secs(60) {
+            child.kill().ok();
+            child.wait().ok();
+            panic!("emm {args:?} ran over a minute");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    drain.join().ok();
+    (status, reader.join().unwrap_or_default())
+}
+
+fn os(args: &str) -> Vec<&std::ffi::OsStr> {
+    args.split_whitespace().map(std::ffi::OsStr::new).collect()
+}
+
+/// Asserts the run ended with exit status 2 and a message holding `words`, not a panic.
+#[track_caller]
+fn refused(run: (std::process::ExitStatus, String), words: &str) {
+    let (status, stderr) = run;
+    assert_eq!(status.code(), Some(EXIT_CANNOT_RUN), "{status:?}: {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(stderr.contains(words), "{stderr:?} should say {words:?}");
+}
+
+/// `emm … | head -1`: a reader that goes away ends emm quietly (as `SIGPIPE` ends any
+/// filter), never with a panic and its exit status 101.
+#[test]
+fn a_closed_stdout_ends_emm_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    for args in ["list", "bench --resource pool --workload W1 --passes 1"] {
+        let (reader, writer) = std::io::pipe().expect("a pipe");
+        drop(reader);
+        let (status, stderr) = emm_binary(&os(args), Some(writer.into()));
+        assert_eq!(
+            status.signal(),
+            Some(libc::SIGPIPE),
+            "emm {args}: {status:?}: {stderr}"
+        );
+        assert!(!stderr.contains("panicked"), "emm {args}: {stderr}");
+    }
+}
+
+/// An argument that is not UTF-8 is named and refused, not a panic.
+#[test]
+fn a_non_utf8_argument_is_refused() {
+    use std::os::unix::ffi::OsStrExt;
+    let bad = std::ffi::OsStr::from_bytes(b"log\xff.csv");
+    refused(
+        emm_binary(&[std::ffi::OsStr::new("replay"), bad], None),
+        "argument 2 (log\u{fffd}.csv) is not UTF-8",
+    );
+}
+
+/// `emm sweep --only` names built-in managers: an unknown one is refused with the valid
+/// names, where it used to sweep nothing and pass.
+#[test]
+fn sweep_only_refuses_an_unknown_manager() {
+    refused(
+        emm_binary(&os("sweep --only nosuch --ops 1"), None),
+        "--only \"nosuch\" is not a built-in manager; give some of: ",
+    );
+    let (_, stderr) = emm_binary(&os("sweep --only pool,nosuch --ops 1"), None);
+    assert!(
+        stderr.contains("pool") && stderr.contains("arena"),
+        "{stderr}"
+    );
+    refused(
+        emm_binary(&os("sweep --only , --ops 1"), None),
+        "--only names no manager",
+    );
+}
+
+/// A "log" with no line end (`/dev/zero`) is refused at its first line's limit, not read
+/// until memory runs out.
+#[test]
+fn replay_refuses_a_line_longer_than_any_event() {
+    refused(
+        emm_binary(&os("replay /dev/zero"), None),
+        "line 1 is longer than 4096 bytes",
+    );
+}
+
+/// Under a 4 GiB address-space limit (`ulimit -v`), `emm replay` and `emm bench` run: the
+/// pool's block records no longer take 4 GiB of address space each.
+#[test]
+fn replay_and_bench_run_under_a_4_gib_address_space_limit() {
+    let dir = std::env::temp_dir().join(format!("emm-cli-limit-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join("log.csv");
+    std::fs::write(
+        &log,
+        "Thread,Time,Action,Pointer,Size,Stream\n\
+         1,00:00:00.000001,allocate,0x7f0000000000,4096,0x0\n\
+         1,00:00:00.000002,allocate,0x7f0000100000,1048576,0x0\n\
+         1,00:00:00.000003,free,0x7f0000000000,4096,0x0\n\
+         1,00:00:00.000004,free,0x7f0000100000,1048576,0x0\n",
+    )
+    .unwrap();
+    for args in [
+        format!("replay {} --resource pool", log.display()),
+        format!("replay {} --resource binning", log.display()),
+        "bench --resource pool --workload W1 --passes 1".to_string(),
+    ] {
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("ulimit -v 4194304 && exec \"$0\" {args}"))
+            .arg(env!("CARGO_BIN_EXE_emm"))
+            .output()
+            .expect("run sh");
+        assert!(
+            out.status.success(),
+            "emm {args} under ulimit -v 4194304: {:?}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

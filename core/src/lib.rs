@@ -25,7 +25,7 @@ pub mod unified;
 pub mod units;
 pub mod workloads;
 
-pub use containers::{reinitialize, ReinitializeOptions};
+pub use containers::{reinitialize, reinitialize_chains, ReinitializeOptions, ReinitializedChain};
 pub use driver::{
     Advice, ContextId, DeviceId, DeviceProperties, DevicePtr, Driver, EventId, HostAllocFlags,
     HostPtr, IpcMemHandle, Location, MemInfo, MemPoolId, MemPoolUsage, PhysHandle, StreamId,

@@ -209,6 +209,30 @@ fn a_write_error_never_fails_an_allocation_and_is_reported() {
     assert_eq!(g.report().device_memory.count, 0);
 }
 
+/// The health handle counts every line lost (the one that failed and all after it) and keeps
+/// the first failure, readable where the adaptor is out of reach in a chain.
+#[test]
+fn the_health_handle_counts_the_lines_lost() {
+    let g = gpu();
+    // The header (39 bytes and a newline) fits, no event line does.
+    let log = LoggingAdaptor::new(CudaResource::new(g.clone()), FailingWriter { room: 41 });
+    let health = log.health();
+    assert_eq!((health.lines_dropped(), health.failure()), (0, None));
+    let chain: Box<dyn DeviceMemoryResource> = Box::new(log);
+    let ptrs: Vec<_> = (0..4)
+        .map(|_| chain.allocate(1000, StreamId::DEFAULT).unwrap())
+        .collect();
+    for p in ptrs {
+        chain.deallocate(p, 1000, StreamId::DEFAULT).unwrap();
+    }
+    assert_eq!(health.lines_dropped(), 8);
+    let failure = health.failure().expect("a failure is kept");
+    assert!(
+        failure.contains("disk full") && failure.contains("incomplete"),
+        "{failure}"
+    );
+}
+
 #[test]
 fn auto_flush_flushes_every_line() {
     struct CountsFlushes(Arc<Mutex<usize>>);

@@ -438,3 +438,27 @@ fn a_log_of_many_threads_replays_on_a_bounded_number_of_threads() {
     let used = r.threads.lock().unwrap().len();
     assert_eq!(used, emm_core::mr::replay::MAX_REPLAY_THREADS);
 }
+
+/// A stream with no line end (`/dev/zero`, a binary file) is refused at the line limit, with
+/// the line's number, not read into memory whole.
+#[test]
+fn a_line_longer_than_any_event_is_refused_at_the_limit() {
+    use emm_core::mr::replay::MAX_LINE_BYTES;
+    use std::io::Read as _;
+    let zeros = std::io::BufReader::new(std::io::repeat(0).take(1 << 30));
+    let e = EventLog::parse(zeros).expect_err("no header line");
+    assert!(
+        matches!(e, ReplayError::LineTooLong { line: 1, limit } if limit == MAX_LINE_BYTES),
+        "{e}"
+    );
+    assert_eq!(e.line(), Some(1));
+    let event = "1,00:00:00.000001,allocate,0x7f0000000000,4096,0x0";
+    let long = format!("{event}{}", " ".repeat(MAX_LINE_BYTES + 1 - event.len()));
+    let log = format!("Thread,Time,Action,Pointer,Size,Stream\n{event}\n{long}\n");
+    let e = EventLog::parse_str(&log).expect_err("the third line is too long");
+    assert!(
+        e.to_string()
+            .starts_with("line 3 is longer than 4096 bytes"),
+        "{e}"
+    );
+}

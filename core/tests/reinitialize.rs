@@ -76,3 +76,29 @@ fn rebuilds_every_devices_current_resource_from_options() {
     assert_eq!(plain[1].name(), "CudaResource");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// An empty list of devices would set up none, leaving every allocation to fail, and a device
+/// listed twice would be set up twice: both refused.
+#[test]
+fn an_empty_or_repeated_list_of_devices_is_refused() {
+    let g: Arc<dyn Driver> =
+        Arc::new(SimDriver::new(SimConfig::new(2).memory_per_device(GIB)).unwrap());
+    let options = ReinitializeOptions {
+        pool_allocator: true,
+        devices: Some(Vec::new()),
+        ..Default::default()
+    };
+    let e = reinitialize(Arc::clone(&g), &options).unwrap_err();
+    assert!(e.to_string().contains("devices is empty"), "{e}");
+    let e = emm_core::reinitialize_chains(Arc::clone(&g), &options)
+        .err()
+        .expect("refused");
+    assert!(e.to_string().contains("leave devices out"), "{e}");
+    // Nor may a device be listed twice (each would get a chain, the last one winning).
+    let twice = ReinitializeOptions {
+        devices: Some(vec![DeviceId(0), DeviceId(0)]),
+        ..Default::default()
+    };
+    let e = reinitialize(g, &twice).unwrap_err();
+    assert!(e.to_string().contains("device 0 is listed twice"), "{e}");
+}

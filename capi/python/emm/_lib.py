@@ -28,6 +28,7 @@ CONFIG = 5
 NO_DEVICE = 6
 DRIVER = 7
 PANIC = 8
+IO = 9
 
 
 class EmmError(RuntimeError):
@@ -99,6 +100,7 @@ _PROTOTYPES = {
     "emm_memory_info": (_c_int, [_c_int, ctypes.POINTER(_size), ctypes.POINTER(_size)]),
     # A void pointer, not c_char_p: the string must be given back to emm_string_free.
     "emm_stats_json": (_vp, []),
+    "emm_log_check": (_c_int, [_c_int]),
     "emm_reset_peak_stats": (_c_int, []),
     "emm_string_free": (None, [_vp]),
     "emm_reset": (_c_int, [_c_int]),

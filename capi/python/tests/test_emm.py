@@ -56,6 +56,25 @@ class Core(unittest.TestCase):
         with self.assertRaises(ValueError):
             emm.reinitialize(logging=True)
 
+    def test_host_memory_is_real_and_pins_the_callers_memory(self):
+        """On the simulator as on a GPU: the program writes the host memory emm gives, and
+        emm pins the program's own memory."""
+        from emm._lib import check, lib
+
+        l = lib()
+        h, d = ctypes.c_void_p(), ctypes.c_void_p()
+        check(l.emm_host_alloc(1 << 20, 0, 1, ctypes.byref(h), ctypes.byref(d)))
+        self.assertTrue(h.value and d.value)
+        ctypes.memset(h, 0x42, 1 << 20)
+        self.assertEqual(ctypes.string_at(h.value + (1 << 20) - 4, 4), b"\x42" * 4)
+        check(l.emm_free(h, None))
+        mine = (ctypes.c_ubyte * 65536)(*([3] * 65536))
+        check(l.emm_host_pin(ctypes.addressof(mine), 65536, 0, 0, None))
+        mine[7] = 4
+        check(l.emm_free(ctypes.addressof(mine), None))
+        self.assertEqual((mine[6], mine[7]), (3, 4))
+        self.assertEqual(emm.stats()["host_allocations"], 0)
+
     def test_device_buffer(self):
         data = bytes(range(256)) * 10
         b = emm.DeviceBuffer.to_device(data, device=1)

@@ -2,6 +2,6 @@
 //! `emm_conformance::cli`, one file each.
 
 fn main() {
-    let code = emm_conformance::cli::main(std::env::args().skip(1).collect());
+    let code = emm_conformance::cli::main_os(std::env::args_os().skip(1));
     std::process::exit(code);
 }

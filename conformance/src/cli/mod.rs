@@ -70,6 +70,41 @@ pub const COMMANDS: &[Command] = &[
     soak::COMMAND,
 ];
 
+/// Runs `emm` with the process's arguments `argv` (without the program name), as the binary
+/// does; returns the exit status.
+///
+/// A closed stdout (`emm bench | head -1`) ends the process as it ends any Unix filter:
+/// quietly, by `SIGPIPE`, where Rust's runtime would otherwise turn the failed write into a
+/// panic. An argument that is not UTF-8 is refused with exit status [`EXIT_CANNOT_RUN`].
+pub fn main_os(argv: impl IntoIterator<Item = std::ffi::OsString>) -> i32 {
+    die_on_closed_pipe();
+    let mut args = Vec::new();
+    for (k, a) in argv.into_iter().enumerate() {
+        match a.into_string() {
+            Ok(a) => args.push(a),
+            Err(a) => {
+                eprintln!(
+                    "emm: argument {} ({}) is not UTF-8; emm takes names, paths and numbers \
+                     in UTF-8",
+                    k + 1,
+                    a.to_string_lossy()
+                );
+                return EXIT_CANNOT_RUN;
+            }
+        }
+    }
+    main(args)
+}
+
+/// Restores the default action of `SIGPIPE` (end the process), which Rust's runtime ignores.
+fn die_on_closed_pipe() {
+    #[allow(unsafe_code, reason = "signal has no std wrapper")]
+    // SAFETY: setting a signal's disposition to its default touches no Rust state.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 /// Runs `emm` with `argv` (without the program name); returns the exit status.
 pub fn main(argv: Vec<String>) -> i32 {
     // `.wasm` paths (on the command line or in EMM_MEMORY_MANAGER) load through the sandbox.

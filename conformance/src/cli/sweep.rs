@@ -62,7 +62,28 @@ fn run(mut a: Args) -> i32 {
         a.finish()?;
         let mut subjects = subjects(&plugins)?;
         if let Some(only) = only {
-            let keep: Vec<&str> = only.split(',').map(str::trim).collect();
+            let keep: Vec<&str> = only
+                .split(',')
+                .map(str::trim)
+                .filter(|n| !n.is_empty())
+                .collect();
+            let builtins: Vec<&str> = subjects
+                .iter()
+                .filter(|s| !plugins.contains(&s.name))
+                .map(|s| s.name.as_str())
+                .collect();
+            if keep.is_empty() {
+                return Err(format!(
+                    "--only names no manager; give some of: {}",
+                    builtins.join(", ")
+                ));
+            }
+            if let Some(unknown) = keep.iter().find(|n| !builtins.contains(n)) {
+                return Err(format!(
+                    "--only {unknown:?} is not a built-in manager; give some of: {}",
+                    builtins.join(", ")
+                ));
+            }
             subjects.retain(|s| keep.contains(&s.name.as_str()) || plugins.contains(&s.name));
         }
         let mut config = SweepConfig::new(subjects, ops);

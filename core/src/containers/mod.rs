@@ -20,5 +20,7 @@ pub use current::{current_device, current_device_resource, set_current_device_re
 pub use device_buffer::DeviceBuffer;
 pub use device_scalar::DeviceScalar;
 pub use device_vec::DeviceVec;
-pub use reinitialize::{reinitialize, ReinitializeOptions};
+pub use reinitialize::{
+    reinitialize, reinitialize_chains, ReinitializeOptions, ReinitializedChain,
+};
 pub use stream::{Stream, StreamView};

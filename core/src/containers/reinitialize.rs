@@ -7,8 +7,8 @@ use std::sync::Arc;
 use crate::containers::current::set_current_device_resource;
 use crate::driver::{DeviceId, Driver};
 use crate::mr::{
-    CudaResource, DeviceMemoryResource, LoggingAdaptor, ManagedResource, MrError, MrResult,
-    PoolOptions, PoolResource, StatisticsAdaptor,
+    CudaResource, DeviceMemoryResource, LogHealth, LoggingAdaptor, ManagedResource, MrError,
+    MrResult, PoolOptions, PoolResource, StatisticsAdaptor,
 };
 
 /// What [`reinitialize`] builds for each device, innermost first: driver memory (device or
@@ -48,12 +48,21 @@ fn log_path(base: &std::path::Path, device: DeviceId, devices: usize) -> PathBuf
     base.with_file_name(name)
 }
 
+/// One device's chain from [`reinitialize_chains`].
+#[derive(Clone)]
+pub struct ReinitializedChain {
+    /// The chain, outermost resource first: the device's current resource.
+    pub resource: Arc<dyn DeviceMemoryResource>,
+    /// What became of its log's lines, when it logs ([`ReinitializeOptions::log_file_name`]).
+    pub log: Option<LogHealth>,
+}
+
 fn build(
     driver: &Arc<dyn Driver>,
     device: DeviceId,
     devices: usize,
     o: &ReinitializeOptions,
-) -> MrResult<Arc<dyn DeviceMemoryResource>> {
+) -> MrResult<ReinitializedChain> {
     let mut r: Arc<dyn DeviceMemoryResource> = if o.managed_memory {
         Arc::new(ManagedResource::<Arc<dyn Driver>>::new(Arc::clone(driver)))
     } else {
@@ -75,6 +84,7 @@ fn build(
                 .into(),
         });
     }
+    let mut health = None;
     if let Some(base) = &o.log_file_name {
         let path = log_path(base, device, devices);
         let log = LoggingAdaptor::to_file(r, &path).map_err(|e| MrError::InvalidArgument {
@@ -82,12 +92,16 @@ fn build(
             reason: format!("cannot create the log file {}: {e}", path.display()),
         })?;
         // Flushed line by line: the log is most wanted when the program dies.
+        health = Some(log.health());
         r = Arc::new(log.with_auto_flush(true));
     }
     if o.statistics {
         r = Arc::new(StatisticsAdaptor::new(r));
     }
-    Ok(r)
+    Ok(ReinitializedChain {
+        resource: r,
+        log: health,
+    })
 }
 
 /// Builds a fresh resource chain for each device from `options` and makes it that device's
@@ -99,9 +113,9 @@ fn build(
 ///
 /// # Errors
 ///
-/// A device that does not exist, a pool size without a pool, a log file that cannot be
-/// created, an initial pool size the device cannot give; on error no device's resource has
-/// changed.
+/// A device that does not exist, an empty list of devices, a pool size without a pool, a log
+/// file that cannot be created, an initial pool size the device cannot give; on error no
+/// device's resource has changed.
 ///
 /// # Examples
 ///
@@ -119,8 +133,44 @@ pub fn reinitialize(
     driver: Arc<dyn Driver>,
     options: &ReinitializeOptions,
 ) -> MrResult<Vec<Arc<dyn DeviceMemoryResource>>> {
+    Ok(reinitialize_chains(driver, options)?
+        .into_iter()
+        .map(|c| c.resource)
+        .collect())
+}
+
+/// [`reinitialize`], giving each chain with a handle on its log's health, for an owner that
+/// reports lost log lines (the C ABI's statistics).
+///
+/// # Errors
+///
+/// As [`reinitialize`]; an empty list of devices.
+pub fn reinitialize_chains(
+    driver: Arc<dyn Driver>,
+    options: &ReinitializeOptions,
+) -> MrResult<Vec<ReinitializedChain>> {
     let devices: Vec<DeviceId> = match &options.devices {
-        Some(d) => d.clone(),
+        Some(d) if d.is_empty() => {
+            return Err(MrError::InvalidArgument {
+                resource: "reinitialize",
+                reason: "devices is empty, so no device would have a resource: name the \
+                         devices to set up, or leave devices out for every device"
+                    .into(),
+            })
+        }
+        Some(d) => {
+            let mut seen = std::collections::BTreeSet::new();
+            if let Some(twice) = d.iter().find(|x| !seen.insert(x.0)) {
+                return Err(MrError::InvalidArgument {
+                    resource: "reinitialize",
+                    reason: format!(
+                        "device {} is listed twice in devices; name each device once",
+                        twice.0
+                    ),
+                });
+            }
+            d.clone()
+        }
         None => (0..driver.device_count()?).map(DeviceId).collect(),
     };
     let before = driver.current_context()?;
@@ -134,8 +184,8 @@ pub fn reinitialize(
     })();
     driver.set_current_context(before)?;
     result?;
-    for (&d, r) in devices.iter().zip(&built) {
-        set_current_device_resource(d, Arc::clone(r));
+    for (&d, c) in devices.iter().zip(&built) {
+        set_current_device_resource(d, Arc::clone(&c.resource));
     }
     Ok(built)
 }

@@ -44,8 +44,8 @@ pub mod replay;
 pub mod sharded_pool;
 
 pub use adaptor::{
-    AlignedAdaptor, FailureRetryAdaptor, LimitingAdaptor, LoggingAdaptor, PrefetchAdaptor,
-    StatisticsAdaptor, ThreadSafeAdaptor, TrackingAdaptor,
+    AlignedAdaptor, FailureRetryAdaptor, LimitingAdaptor, LogHealth, LoggingAdaptor,
+    PrefetchAdaptor, StatisticsAdaptor, ThreadSafeAdaptor, TrackingAdaptor,
 };
 pub use arena::ArenaResource;
 pub use binning::BinningResource;

@@ -20,15 +20,17 @@
 //!   (`emm replay`), debugging. One lock and one formatted line per call; give it a buffered
 //!   writer ([`LoggingAdaptor::to_file`] does).
 //!
-//! A write error never fails an allocation: the first one is kept, later lines are dropped,
-//! and [`LoggingAdaptor::flush`] or [`LoggingAdaptor::check`] reports it.
+//! A write error never fails an allocation: the first one is kept, later lines are dropped
+//! and counted, and [`LoggingAdaptor::flush`] or [`LoggingAdaptor::check`] reports it, as does
+//! the [`LogHealth`] handle ([`LoggingAdaptor::health`]) that an owner of the resource chain
+//! (the C ABI's statistics) keeps where the adaptor itself is out of reach.
 
 use std::cell::Cell;
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::driver::{DevicePtr, Driver, MemInfo, StreamId};
@@ -46,6 +48,49 @@ pub fn system_clock() -> Duration {
         .unwrap_or_default()
 }
 
+/// What became of a [`LoggingAdaptor`]'s lines: a handle shared with the adaptor, readable
+/// while it logs, from any thread.
+#[derive(Debug, Clone, Default)]
+pub struct LogHealth(Arc<HealthState>);
+
+#[derive(Debug, Default)]
+struct HealthState {
+    /// Event lines not written: the one whose write failed and every one after it.
+    dropped: AtomicU64,
+    /// The first write failure, as [`LoggingAdaptor::check`] words it.
+    failure: OnceLock<String>,
+}
+
+impl LogHealth {
+    /// Event lines lost: the one whose write failed and every later one. 0 while the log is
+    /// whole.
+    pub fn lines_dropped(&self) -> u64 {
+        self.0.dropped.load(Ordering::Relaxed)
+    }
+
+    /// The first write failure and what it means for the log; `None` while every write
+    /// succeeded.
+    pub fn failure(&self) -> Option<&str> {
+        self.0.failure.get().map(String::as_str)
+    }
+
+    fn failed(&self, e: &io::Error) {
+        let _ = self.0.failure.set(failure_message(e));
+    }
+
+    fn dropped(&self) {
+        self.0.dropped.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// The words of a write failure: what failed, and that the log is incomplete from then on.
+fn failure_message(e: &io::Error) -> String {
+    format!(
+        "LoggingAdaptor: writing the memory event log failed ({e}); the lines from then on \
+         were dropped, so the log is incomplete: check the disk or the writer"
+    )
+}
+
 struct Sink<W> {
     writer: W,
     /// The first write error; once set, lines are dropped.
@@ -58,6 +103,7 @@ pub struct LoggingAdaptor<Up, W: Write + Send> {
     sink: Mutex<Sink<W>>,
     clock: LogClock,
     auto_flush: bool,
+    health: LogHealth,
 }
 
 impl<Up: DeviceMemoryResource> LoggingAdaptor<Up, BufWriter<File>> {
@@ -85,7 +131,9 @@ impl<Up: DeviceMemoryResource, W: Write + Send> LoggingAdaptor<Up, W> {
             writer,
             error: None,
         };
+        let health = LogHealth::default();
         if let Err(e) = writeln!(sink.writer, "{HEADER}") {
+            health.failed(&e);
             sink.error = Some(e);
         }
         LoggingAdaptor {
@@ -93,7 +141,14 @@ impl<Up: DeviceMemoryResource, W: Write + Send> LoggingAdaptor<Up, W> {
             sink: Mutex::new(sink),
             clock: system_clock,
             auto_flush: false,
+            health,
         }
+    }
+
+    /// A handle on what became of the lines (dropped lines, the first failure), shared with
+    /// the adaptor: it can be kept where the adaptor goes into a chain out of reach.
+    pub fn health(&self) -> LogHealth {
+        self.health.clone()
     }
 
     /// Flushes the writer after every line (slow; for logs that must survive a crash).
@@ -135,6 +190,7 @@ impl<Up: DeviceMemoryResource, W: Write + Send> LoggingAdaptor<Up, W> {
         let mut sink = lock(&self.sink);
         if sink.error.is_none() {
             if let Err(e) = sink.writer.flush() {
+                self.health.failed(&e);
                 sink.error = Some(e);
             }
         }
@@ -153,13 +209,7 @@ impl<Up: DeviceMemoryResource, W: Write + Send> LoggingAdaptor<Up, W> {
     fn status(sink: &Sink<W>) -> io::Result<()> {
         match &sink.error {
             None => Ok(()),
-            Some(e) => Err(io::Error::new(
-                e.kind(),
-                format!(
-                    "LoggingAdaptor: writing the memory event log failed ({e}); the lines from \
-                     then on were dropped, so the log is incomplete: check the disk or the writer"
-                ),
-            )),
+            Some(e) => Err(io::Error::new(e.kind(), failure_message(e))),
         }
     }
 
@@ -169,6 +219,7 @@ impl<Up: DeviceMemoryResource, W: Write + Send> LoggingAdaptor<Up, W> {
         let thread = os_thread_id();
         let mut sink = lock(&self.sink);
         if sink.error.is_some() {
+            self.health.dropped();
             return;
         }
         let time_us = ((self.clock)().as_micros() % u128::from(MICROS_PER_DAY)) as u64;
@@ -185,6 +236,8 @@ impl<Up: DeviceMemoryResource, W: Write + Send> LoggingAdaptor<Up, W> {
             result = sink.writer.flush();
         }
         if let Err(e) = result {
+            self.health.failed(&e);
+            self.health.dropped();
             sink.error = Some(e);
         }
     }

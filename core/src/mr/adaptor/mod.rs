@@ -42,7 +42,7 @@ pub mod tracking;
 pub use aligned::AlignedAdaptor;
 pub use failure_retry::{FailureRetryAdaptor, RetryRequest};
 pub use limiting::LimitingAdaptor;
-pub use logging::LoggingAdaptor;
+pub use logging::{LogHealth, LoggingAdaptor};
 pub use prefetch::PrefetchAdaptor;
 pub use statistics::{Counter, Counters, StatisticsAdaptor};
 pub use thread_safe::ThreadSafeAdaptor;

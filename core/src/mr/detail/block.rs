@@ -158,10 +158,11 @@ pub(crate) const SCRATCH: Block = Block {
 ///
 /// The records lie in a [`RecordSpace`], where a view of them ([`Blocks`]) reads and writes
 /// by number with no bounds check of Rust's form (the checks and the reloads of the slab's
-/// base and length around them were about a tenth of the pool's instructions, W3) and never
-/// outside the slab's memory. Its length is always a power of two. Vacant records are chained
+/// base and length around them were about a tenth of the pool's instructions, W3) and, unless
+/// the address space is limited, never outside the slab's memory. Its length is always a power of two. Vacant records are chained
 /// through `next_free` (no side stack to grow on the hot path), and the slab grows only
-/// through [`BlockSlab::reserve`], before a caller takes its view; growing moves no record.
+/// through [`BlockSlab::reserve`], before a caller takes its view (growing may move the
+/// records, in a space fitted to the slab, but never under a view).
 #[derive(Debug)]
 pub(crate) struct BlockSlab {
     space: RecordSpace,

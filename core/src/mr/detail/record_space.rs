@@ -15,14 +15,19 @@
 //! faster on W1 / W2 / W3 on a lent H100 host (`docs/results/2026-11-27-h100-s20/`, call 8).
 //! Debug builds still check every number against the records in use.
 //!
-//! The cost is address space: 4 GiB a heap, none of it memory until written. Where even that
-//! cannot be had (an address-space limit), creating a heap aborts the process, as a failed
-//! allocation does.
+//! The cost is address space: 4 GiB a heap, none of it memory until written. A process that
+//! limits its address space (`RLIMIT_AS`, `ulimit -v`) cannot lend that to every heap — a
+//! `MAP_NORESERVE` or inaccessible mapping still counts against the limit, and sixteen heaps
+//! would ask for 64 GiB — so there the records lie in a mapping fitted to the slab (a power of
+//! two, 64 KiB at first), which `mremap` doubles as the slab grows (moving it if it must: no
+//! view lives across a growth). The views are the same code; what is lost is the guarantee for
+//! a broken link, which can then read past the slab (debug builds check every number). A heap
+//! then takes address space in proportion to its blocks, as any other host structure does.
 //!
-//! Where the kernel will not map that much unreserved (strict overcommit accounting), the
-//! space is mapped inaccessible and opened as the slab grows: a number past the slab then
-//! faults instead of reading zeros. Elsewhere the records are a vector of power-of-two length
-//! and every number is checked ([`super::masked`]).
+//! Where the kernel will not map 4 GiB unreserved (strict overcommit accounting), the space is
+//! mapped inaccessible and opened as the slab grows: a number past the slab then faults
+//! instead of reading zeros. Elsewhere than 64-bit Linux the records are a vector of
+//! power-of-two length and every number is checked ([`super::masked`]).
 
 use super::block::{Block, STEP};
 
@@ -45,15 +50,31 @@ mod linux {
     /// a page (pages are at most 64 KiB).
     const SPACE_BYTES: usize = ((u32::MAX as usize) + 32 + 0xffff) & !0xffff;
 
-    /// The records of every `u32` number, in one mapping of [`SPACE_BYTES`]; the first `len`
-    /// are the slab's.
+    /// The first mapping of a space fitted to its slab (a power of two, and a page of any
+    /// size).
+    const FITTED_FIRST_BYTES: usize = 1 << 16;
+
+    /// How a space is mapped.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum Mapping {
+        /// [`SPACE_BYTES`] readable and writable: every `u32` number names bytes of it.
+        Whole,
+        /// [`SPACE_BYTES`] reserved inaccessible, opened from the start as the slab grows.
+        Guarded,
+        /// Only the open bytes are mapped, and growth remaps them (perhaps elsewhere).
+        Fitted,
+    }
+
+    /// The records of a slab, in one mapping: of [`SPACE_BYTES`] where the address space is
+    /// not limited, else fitted to the slab; the first `len` records are the slab's.
     pub(crate) struct RecordSpace {
         base: NonNull<Block>,
         /// Records the slab has initialised.
         len: usize,
         /// Bytes open to reads and writes from the start: all of them, or, where the mapping
-        /// had to be reserved inaccessible, those opened so far.
+        /// is guarded or fitted, those opened so far.
         open: usize,
+        mapping: Mapping,
     }
 
     // SAFETY: the space owns its mapping, as a `Box` owns its allocation: moving it to
@@ -71,49 +92,58 @@ mod linux {
     }
 
     impl RecordSpace {
-        /// An empty space.
+        /// An empty space: the whole mapping where the process's address space is not
+        /// limited, else one fitted to the slab.
         ///
-        /// Aborts as a failed allocation does where the host lends no address space for it
-        /// (an address-space limit below 4 GiB).
+        /// Aborts as a failed allocation does only where not even 64 KiB of address space is
+        /// left.
         pub(crate) fn new() -> Self {
-            Self::mapped(true)
+            if address_space_limited() {
+                Self::fitted()
+            } else {
+                Self::mapped(true)
+            }
         }
 
         /// [`RecordSpace::new`], trying the mapping readable first if `open_first`, else
-        /// mapping it inaccessible at once (as on a host with strict overcommit accounting).
+        /// mapping it inaccessible at once (as on a host with strict overcommit accounting);
+        /// fitted where neither can be had.
         fn mapped(open_first: bool) -> Self {
-            let map = |prot| {
-                #[allow(unsafe_code, reason = "mmap has no std wrapper")]
-                // SAFETY: a fresh anonymous mapping, placed by the kernel, aliases nothing.
-                let p = unsafe {
-                    libc::mmap(
-                        std::ptr::null_mut(),
-                        SPACE_BYTES,
-                        prot,
-                        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                        -1,
-                        0,
-                    )
-                };
-                (p != libc::MAP_FAILED).then_some(p)
-            };
             let open_map = open_first
-                .then(|| map(libc::PROT_READ | libc::PROT_WRITE))
+                .then(|| map(SPACE_BYTES, libc::PROT_READ | libc::PROT_WRITE))
                 .flatten();
-            let (p, open) = match open_map {
-                Some(p) => (p, SPACE_BYTES),
-                None => match map(libc::PROT_NONE) {
-                    Some(p) => (p, 0),
-                    None => std::alloc::handle_alloc_error(
-                        std::alloc::Layout::from_size_align(SPACE_BYTES, 4096)
-                            .expect("a page-aligned layout"),
-                    ),
+            let (p, open, mapping) = match open_map {
+                Some(p) => (p, SPACE_BYTES, Mapping::Whole),
+                None => match map(SPACE_BYTES, libc::PROT_NONE) {
+                    Some(p) => (p, 0, Mapping::Guarded),
+                    None => return Self::fitted(),
                 },
             };
+            Self::at(p, open, mapping)
+        }
+
+        /// An empty space fitted to its slab.
+        fn fitted() -> Self {
+            match map(FITTED_FIRST_BYTES, libc::PROT_READ | libc::PROT_WRITE) {
+                Some(p) => Self::at(p, FITTED_FIRST_BYTES, Mapping::Fitted),
+                None => out_of_address_space(FITTED_FIRST_BYTES),
+            }
+        }
+
+        fn at(p: *mut libc::c_void, open: usize, mapping: Mapping) -> Self {
             RecordSpace {
                 base: NonNull::new(p.cast::<Block>()).expect("mmap gave a non-null address"),
                 len: 0,
                 open,
+                mapping,
+            }
+        }
+
+        /// Bytes of address space the mapping takes.
+        fn mapped_bytes(&self) -> usize {
+            match self.mapping {
+                Mapping::Whole | Mapping::Guarded => SPACE_BYTES,
+                Mapping::Fitted => self.open,
             }
         }
 
@@ -133,20 +163,10 @@ mod linux {
             if bytes > self.open {
                 // Opened by doublings (or to the end), so that growth opens pages rarely.
                 let open = bytes.next_power_of_two().clamp(1 << 16, SPACE_BYTES);
-                #[allow(unsafe_code, reason = "mprotect has no std wrapper")]
-                // SAFETY: the range lies inside this space's own mapping.
-                let r = unsafe {
-                    libc::mprotect(
-                        self.base.as_ptr().cast(),
-                        open,
-                        libc::PROT_READ | libc::PROT_WRITE,
-                    )
-                };
-                if r != 0 {
-                    std::alloc::handle_alloc_error(
-                        std::alloc::Layout::from_size_align(open, 4096)
-                            .expect("a page-aligned layout"),
-                    );
+                match self.mapping {
+                    Mapping::Whole => unreachable!("a whole mapping is open to its end"),
+                    Mapping::Guarded => self.open_guarded(open),
+                    Mapping::Fitted => self.remap_fitted(open),
                 }
                 self.open = open;
             }
@@ -159,6 +179,43 @@ mod linux {
                 }
             }
             self.len = len;
+        }
+
+        /// Opens the first `open` bytes of a guarded mapping.
+        #[cold]
+        fn open_guarded(&mut self, open: usize) {
+            #[allow(unsafe_code, reason = "mprotect has no std wrapper")]
+            // SAFETY: the range lies inside this space's own mapping.
+            let r = unsafe {
+                libc::mprotect(
+                    self.base.as_ptr().cast(),
+                    open,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                )
+            };
+            if r != 0 {
+                out_of_address_space(open);
+            }
+        }
+
+        /// Remaps a fitted mapping to `open` bytes, where the kernel finds room for them.
+        #[cold]
+        fn remap_fitted(&mut self, open: usize) {
+            #[allow(unsafe_code, reason = "mremap has no std wrapper")]
+            // SAFETY: the space owns the `self.open` bytes at `base`; `&mut self` means no view
+            // or record reference lives, so the records may move.
+            let p = unsafe {
+                libc::mremap(
+                    self.base.as_ptr().cast(),
+                    self.open,
+                    open,
+                    libc::MREMAP_MAYMOVE,
+                )
+            };
+            if p == libc::MAP_FAILED {
+                out_of_address_space(open);
+            }
+            self.base = NonNull::new(p.cast::<Block>()).expect("mremap gave a non-null address");
         }
 
         /// A view to read and write records by number.
@@ -179,9 +236,47 @@ mod linux {
             #[allow(unsafe_code, reason = "munmap has no std wrapper")]
             // SAFETY: the mapping is this space's, and no view outlives `self`.
             unsafe {
-                libc::munmap(self.base.as_ptr().cast(), SPACE_BYTES);
+                libc::munmap(self.base.as_ptr().cast(), self.mapped_bytes());
             }
         }
+    }
+
+    /// A fresh private anonymous mapping of `bytes` with protection `prot`, unreserved.
+    fn map(bytes: usize, prot: libc::c_int) -> Option<*mut libc::c_void> {
+        #[allow(unsafe_code, reason = "mmap has no std wrapper")]
+        // SAFETY: a fresh anonymous mapping, placed by the kernel, aliases nothing.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                prot,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        (p != libc::MAP_FAILED).then_some(p)
+    }
+
+    /// Whether the process limits its address space (`RLIMIT_AS`): every heap's 4 GiB would
+    /// then come out of what the rest of the process may map.
+    fn address_space_limited() -> bool {
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        #[allow(unsafe_code, reason = "getrlimit has no std wrapper")]
+        // SAFETY: `limit` is a valid `rlimit` to write.
+        let r = unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut limit) };
+        r == 0 && limit.rlim_cur != libc::RLIM_INFINITY
+    }
+
+    /// Fails as a host allocation of `bytes` does when no address space is left for it.
+    #[cold]
+    fn out_of_address_space(bytes: usize) -> ! {
+        std::alloc::handle_alloc_error(
+            std::alloc::Layout::from_size_align(bytes, 4096).expect("a page-aligned layout"),
+        )
     }
 
     /// The address of the record numbered `n` in a slab of `len` records (checked in debug
@@ -196,12 +291,15 @@ mod linux {
         reach(base, n)
     }
 
-    /// The address of the record numbered `n`: inside the mapping for every `n`.
+    /// The address of the record numbered `n`: inside a whole or guarded mapping for every
+    /// `n`; inside a fitted one for the numbers of its slab's records, which are the only ones
+    /// a sound heap holds (debug builds check them in `at`).
     #[inline(always)]
     fn reach(base: NonNull<Block>, n: u32) -> *mut Block {
         #[allow(unsafe_code, reason = "an offset inside the mapping")]
-        // SAFETY: `n + 32 <= SPACE_BYTES` for every `u32` `n`, so the record stays inside the
-        // mapping; a `Block` is aligned to one byte.
+        // SAFETY: `n + 32 <= SPACE_BYTES` for every `u32` `n`, so the record stays inside a
+        // whole or guarded mapping; a fitted one holds every record of the slab; a `Block` is
+        // aligned to one byte.
         unsafe {
             base.as_ptr().byte_add(n as usize)
         }
@@ -286,8 +384,9 @@ mod linux {
         #[inline(always)]
         pub(crate) fn get(self, n: u32) -> &'a Block {
             #[allow(unsafe_code, reason = "every number names bytes of the mapping")]
-            // SAFETY: `at` is inside the mapping, which is readable there (on a fully open
-            // mapping everywhere; else a number past the open part faults), every bit pattern
+            // SAFETY: `at` is inside the mapping (see `reach`), which is readable there (on a
+            // whole mapping everywhere; on a guarded one a number past the open part faults;
+            // a fitted one is open to its end), every bit pattern
             // is a `Block`, and the view borrows the space shared for `'a`, so no `&mut` to a
             // record lives as long.
             unsafe {
@@ -321,7 +420,7 @@ mod linux {
 
         #[test]
         fn every_u32_number_names_bytes_of_the_space_and_none_of_its_records() {
-            let mut space = RecordSpace::new();
+            let mut space = RecordSpace::mapped(true);
             assert_eq!(space.open, SPACE_BYTES, "mapped readable at once here");
             space.grow(16, sized(7));
             for far in [16 << STEP, 1 << 20, u32::MAX - 3, u32::MAX] {
@@ -334,7 +433,7 @@ mod linux {
         }
 
         #[test]
-        fn a_space_grows_in_place_whichever_way_it_was_mapped() {
+        fn a_whole_or_guarded_space_grows_in_place() {
             for open_first in [true, false] {
                 let mut space = RecordSpace::mapped(open_first);
                 space.grow(2, sized(1));
@@ -359,6 +458,34 @@ mod linux {
                     .iter()
                     .all(|k| view.get(k << STEP).next_phys == 5));
             }
+        }
+
+        #[test]
+        fn a_fitted_space_takes_what_its_slab_uses_and_keeps_its_records_as_it_grows() {
+            let mut space = RecordSpace::fitted();
+            assert_eq!(space.mapping, Mapping::Fitted);
+            assert_eq!(space.mapped_bytes(), FITTED_FIRST_BYTES);
+            space.grow(2, sized(1));
+            for len in [2048, 2049, 70_000, 1 << 20] {
+                let old = space.len();
+                space.grow(len, sized(len as u32));
+                assert!(space.mapped_bytes() >= len * 32);
+                assert!(
+                    space.mapped_bytes() <= (len * 32).next_power_of_two().max(1 << 16),
+                    "{} bytes mapped for {len} records",
+                    space.mapped_bytes()
+                );
+                let mut view = space.view();
+                assert_eq!({ view.get((old << STEP) as u32).units }, len as u32);
+                view.get_mut(((len - 1) << STEP) as u32).next_phys = 5;
+            }
+            let view = space.shared();
+            assert_eq!((view.get(0).units, view.get(1 << STEP).units), (1, 1));
+            assert_eq!({ view.get(2047 << STEP).units }, 2048);
+            assert_eq!({ view.get(69_999 << STEP).units }, 70_000);
+            assert!([2047, 2048, 69_999, (1 << 20) - 1]
+                .iter()
+                .all(|k| view.get(k << STEP).next_phys == 5));
         }
 
         #[test]

@@ -24,6 +24,17 @@ pub enum ReplayError {
          logging_resource_adaptor and emm's LoggingAdaptor write it"
     )]
     Empty,
+    /// A line longer than any event's: not a memory event log (or a corrupt one).
+    #[error(
+        "line {line} is longer than {limit} bytes, and no event's line is; is this a memory \
+         event log from RMM's logging_resource_adaptor or emm's LoggingAdaptor?"
+    )]
+    LineTooLong {
+        /// The line number, from 1.
+        line: usize,
+        /// The longest line read.
+        limit: usize,
+    },
     /// The first line is not RMM's header.
     #[error(
         "line 1: expected the header `{HEADER}`, found `{found}`; is this a memory event log \
@@ -94,7 +105,8 @@ impl ReplayError {
             ReplayError::Io { line, .. }
             | ReplayError::Fields { line, .. }
             | ReplayError::Field { line, .. }
-            | ReplayError::Inconsistent { line, .. } => Some(*line),
+            | ReplayError::Inconsistent { line, .. }
+            | ReplayError::LineTooLong { line, .. } => Some(*line),
             ReplayError::Header { .. } => Some(1),
             _ => None,
         }

@@ -9,12 +9,16 @@
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::fs::File;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 
 use crate::mr::replay::event::{digits, hex};
 use crate::mr::replay::{LogAction, LogEvent, ReplayError, TimeOfDay, HEADER};
 use crate::units::Bytes;
+
+/// The longest line a log may have, its newline aside: an event's six fields take at most
+/// about 120 bytes (RMM's), so this leaves room for any writer's spacing.
+pub const MAX_LINE_BYTES: usize = 4096;
 
 /// A parsed memory event log: its events in log order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -45,12 +49,21 @@ impl EventLog {
         let mut read = |buf: &mut Vec<u8>, line_no: &mut usize| -> Result<bool, ReplayError> {
             buf.clear();
             *line_no += 1;
-            let n = reader
+            // Reads no more than a line may hold (and its newline), so that a file with no
+            // newline (`/dev/zero`) is refused at once rather than read into memory whole.
+            let n = (&mut reader)
+                .take(MAX_LINE_BYTES as u64 + 1)
                 .read_until(b'\n', buf)
                 .map_err(|source| ReplayError::Io {
                     line: *line_no,
                     source,
                 })?;
+            if n > MAX_LINE_BYTES && buf.last() != Some(&b'\n') {
+                return Err(ReplayError::LineTooLong {
+                    line: *line_no,
+                    limit: MAX_LINE_BYTES,
+                });
+            }
             Ok(n > 0)
         };
         if !read(&mut buf, &mut line_no)? {

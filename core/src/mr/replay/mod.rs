@@ -37,7 +37,7 @@ pub mod report;
 
 pub use error::ReplayError;
 pub use event::{LogAction, LogEvent, TimeOfDay, HEADER, MICROS_PER_DAY};
-pub use log::{EventLog, LogSummary};
+pub use log::{EventLog, LogSummary, MAX_LINE_BYTES};
 pub use options::{HeldProbe, ReplayOptions, Threading, MAX_REPLAY_THREADS};
 pub use replayer::replay;
 pub use report::{LoggedAllocation, ReplayFailure, ReplayReport, SizeMismatch};
