@@ -37,6 +37,8 @@ pub enum CheckId {
     ZeroSizeIsAnError,
     /// Out of memory is an error that leaves the manager usable.
     OutOfMemoryIsAnError,
+    /// Out of memory is answered only when the upstream refused the plugin in that call.
+    OutOfMemoryIsHonest,
     /// `memhostalloc` honours `mapped`, `portable` and `wc`.
     MemhostallocHonoursFlags,
     /// `mempin` honours `mapped`; the finalizer unpins.
@@ -115,6 +117,9 @@ pub const CHECKS: &[CheckInfo] = &[
         "A manager never panics on bad input: size 0, an absurd size, a foreign pointer are errors."),
     info(CheckId::OutOfMemoryIsAnError, DESIGN,
         "Out of memory is an error, never a panic, and leaves the manager usable; after frees, the same request succeeds."),
+    sim(info(CheckId::OutOfMemoryIsHonest, DESIGN,
+        "An out-of-memory answer is correct only when the memory was really not available: the plugin asked its upstream in that call and was refused, or a configured limit was reached."),
+        Observes::ATTRIBUTION),
     info(CheckId::MemhostallocHonoursFlags, EMM_REF,
         "mapped (bool) – Whether the allocated memory should be mapped into the CUDA address space. portable (bool) – Whether the memory will be considered pinned by all contexts, and not just the calling context. wc (bool) – Whether to allocate the memory as write-combined."),
     info(CheckId::MempinUnpinsInFinalizer, NBEP7,
@@ -154,6 +159,7 @@ impl CheckId {
             CheckId::WritesStayInTheirAllocation => "writes_stay_in_their_allocation",
             CheckId::ZeroSizeIsAnError => "zero_size_is_an_error",
             CheckId::OutOfMemoryIsAnError => "out_of_memory_is_an_error",
+            CheckId::OutOfMemoryIsHonest => "out_of_memory_is_honest",
             CheckId::MemhostallocHonoursFlags => "memhostalloc_honours_flags",
             CheckId::MempinUnpinsInFinalizer => "mempin_unpins_in_finalizer",
             CheckId::MemallocmanagedIsUnified => "memallocmanaged_is_unified",

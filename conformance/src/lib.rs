@@ -22,6 +22,7 @@
 //! - [`report`]: [`Report`]: table and JSON.
 //! - [`replay`]: regression files and [`replay::replay`].
 //! - [`config`]: [`Config`]: depth, seed (`EMM_SEED`), backend.
+//! - [`coverage`]: [`coverage::Coverage`]: what a run exercised; checks it could not exercise are skipped.
 //! - [`backend`]: [`Backend`] and [`Observes`]: where cases run and what is seen there.
 //! - [`sim_backend`]: [`SimBackend`], the simulated GPU.
 //! - [`cuda_backend`]: [`CudaBackend`], the real GPU.
@@ -38,6 +39,7 @@ pub mod charts;
 pub mod checks;
 pub mod cli;
 pub mod config;
+pub mod coverage;
 pub mod cuda_backend;
 pub mod model;
 pub mod replay;

@@ -40,6 +40,7 @@ impl Sut {
         self.call_initialize()?;
         self.verify_all(C)?;
         let bytes = Size::Pages(0).bytes(self.device_total);
+        let mark = self.mark();
         let r = self.call(|m| m.memalloc(bytes))?;
         let req = Request {
             what: "memalloc (a probe after initialize)",
@@ -47,6 +48,7 @@ impl Sut {
             bytes,
             stream: None,
             overlap: C,
+            mark,
         };
         if let Some(id) = self.allocated(&req, r)? {
             let at = self.handles.iter().rposition(|h| h.buffer() == Some(id));
@@ -60,6 +62,7 @@ impl Sut {
 
     /// Drops every handle and guard the suite holds, each after its uses are ordered.
     pub(super) fn drop_everything(&mut self) -> Found {
+        self.check_scope_kept_chunks()?;
         while let Some(g) = self.guards.pop() {
             guarded(|| drop(g)).map_err(|p| {
                 self.fail(CheckId::DeferCleanupNests, format!("dropping a guard: {p}"))
@@ -149,6 +152,7 @@ impl Sut {
             CheckId::ResetFreesEverything,
             "after every pointer was dropped and reset() ran",
         )?;
+        self.coverage.resets += 1;
         self.check_unpinned("after its pointer was dropped and reset() ran")
     }
 
@@ -157,10 +161,41 @@ impl Sut {
             .call(|m| m.defer_cleanup())?
             .map_err(|p| self.fail(CheckId::DeferCleanupNests, format!("defer_cleanup(): {p}")))?;
         self.guards.push(g);
+        self.coverage.defer_scopes += 1;
+        self.coverage.deepest_defer = self.coverage.deepest_defer.max(self.guards.len() as u32);
         Ok(())
     }
 
+    /// While a `defer_cleanup()` scope is open the plugin must not give memory back to the
+    /// driver ("expensive cleanup operations are avoided whilst it is active"), unless the
+    /// driver refused it memory in the same operation (releasing a cache rather than failing a
+    /// request is no cleanup that could wait). Checked over the current operation.
+    pub(super) fn check_scope_kept_chunks(&self) -> Found {
+        if self.guards.is_empty() {
+            return Ok(());
+        }
+        let Some(calls) = self.defer_mark.and_then(|m| self.machine.upstream_since(m)) else {
+            return Ok(());
+        };
+        if calls.returns == 0 || calls.refused_allocations > 0 {
+            return Ok(());
+        }
+        Err(self.fail(
+            CheckId::DeferCleanupNests,
+            format!(
+                "while {} defer_cleanup() scope(s) were open, the plugin gave {} allocation(s) \
+                 back to the driver (cuMemFree/cuMemRelease) with no request refused for want \
+                 of memory; cleanup must wait until the outermost scope ends",
+                self.guards.len(),
+                calls.returns
+            ),
+        ))
+    }
+
     pub(super) fn end_defer_cleanup(&mut self) -> Found {
+        if self.guards.len() == 1 {
+            self.check_scope_kept_chunks()?;
+        }
         match self.guards.pop() {
             Some(g) => guarded(|| drop(g)).map_err(|p| {
                 self.fail(
@@ -219,6 +254,7 @@ impl Sut {
             return Ok(());
         }
         self.synchronize(C)?;
+        let mark = self.mark();
         let r = self.call(|m| m.memalloc(bytes))?;
         let retry = match r {
             Ok(Err(e)) => {
@@ -239,6 +275,7 @@ impl Sut {
             bytes,
             stream: None,
             overlap: CheckId::MemallocNeverOverlaps,
+            mark,
         };
         self.allocated(&req, retry)?;
         self.drop_everything()
