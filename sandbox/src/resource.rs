@@ -56,6 +56,9 @@ pub(crate) struct Inner {
     pub breaches: Vec<Breach>,
     pub restarts: u32,
     pub logs: Vec<LogLine>,
+    // `defer_cleanup` scopes open now: an instance started inside them (the first, or one
+    // after a quarantine) is told of each, so that it too keeps its chunks until they end.
+    pub defer_depth: u32,
 }
 
 impl Inner {
@@ -98,6 +101,7 @@ impl PluginResource {
                 breaches: Vec::new(),
                 restarts: 0,
                 logs: Vec::new(),
+                defer_depth: 0,
             }),
         }
     }
@@ -145,7 +149,14 @@ impl PluginResource {
             .module
             .instantiate(registry, Arc::clone(&self.upstream))
         {
-            Ok(instance) => {
+            Ok(mut instance) => {
+                for _ in 0..inner.defer_depth {
+                    if let Err(fault) = instance.defer_enter() {
+                        inner.slot = Slot::Running(Box::new(instance));
+                        let breach = self.quarantine(inner, fault, "emm_defer_enter()".into());
+                        return Err(SandboxError::Quarantined(breach));
+                    }
+                }
                 inner.slot = Slot::Running(Box::new(instance));
                 Ok(())
             }
