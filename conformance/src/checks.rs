@@ -55,6 +55,8 @@ pub enum CheckId {
     OnlyThePluginAllocates,
     /// Memory freed on one stream reaches another only after an ordering.
     StreamOrderedReuse,
+    /// Over many cycles of the same requests, what the plugin holds stops growing.
+    HeldBytesStaySteady,
     /// Threads never receive overlapping memory.
     ConcurrentUseNeverOverlaps,
     /// Producer and consumer threads on two streams share memory without a race.
@@ -138,6 +140,8 @@ pub const CHECKS: &[CheckInfo] = &[
     sim(info(CheckId::StreamOrderedReuse, RMM,
         "If a block is found in a free list associated with a different stream, the requesting stream must wait on an event recorded in the stream on which the block was deallocated."),
         Observes::RACES),
+    info(CheckId::HeldBytesStaySteady, DESIGN,
+        "A long-lived program makes the same requests for hours: over many cycles of allocations, frees and resets, the memory a plugin holds stops growing."),
     info(CheckId::ConcurrentUseNeverOverlaps, DESIGN,
         "Concurrent use from many threads never hands out overlapping memory."),
     info(CheckId::ProducerConsumerAcrossStreams, RMM,
@@ -168,6 +172,7 @@ impl CheckId {
             CheckId::DeferCleanupNests => "defer_cleanup_nests",
             CheckId::OnlyThePluginAllocates => "only_the_plugin_allocates",
             CheckId::StreamOrderedReuse => "stream_ordered_reuse",
+            CheckId::HeldBytesStaySteady => "held_bytes_stay_steady",
             CheckId::ConcurrentUseNeverOverlaps => "concurrent_use_never_overlaps",
             CheckId::ProducerConsumerAcrossStreams => "producer_consumer_across_streams",
         }

@@ -13,7 +13,7 @@ use crate::sut::HARNESS;
 
 /// Device memory of the simulated GPU the suite uses by default: small enough that
 /// near-total requests and out of memory come up, large enough for every size class.
-pub const SIM_MEMORY: u64 = GIB;
+pub const SIM_MEMORY: u64 = 80 * GIB;
 
 /// The simulated GPU, a fresh machine per case seeded from the case's seed.
 #[derive(Debug, Clone)]

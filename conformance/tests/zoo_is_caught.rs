@@ -36,6 +36,7 @@ fn named_wasm_check(bug: WasmBug) -> CheckId {
         WasmBug::OutOfMemoryWithoutAsking => CheckId::OutOfMemoryIsHonest,
         WasmBug::MisalignedOddSizes => CheckId::MemallocAligned,
         WasmBug::RepeatsAnAnswer => CheckId::MemallocNeverOverlaps,
+        WasmBug::KeepsChunksUntilReset => CheckId::HeldBytesStaySteady,
     }
 }
 

@@ -350,4 +350,116 @@ impl Sut {
         }
         Ok(())
     }
+
+    /// Device memory the manager holds now: what was free before it existed less what is
+    /// free now, once all work is done.
+    fn held_now(&self, check: CheckId) -> Result<u64, super::Finding> {
+        self.synchronize(check)?;
+        let _h = CallerScope::enter(HARNESS);
+        let free = self
+            .driver
+            .mem_get_info()
+            .map_err(|e| self.harness_error(check, "cuMemGetInfo", e))?
+            .free;
+        Ok(self.baseline_free.saturating_sub(free))
+    }
+
+    /// Rounds of the same requests, freed in a rotating order, with a reset every fourth
+    /// round of the warm-up (the first quarter of the rounds, where a pool may still be
+    /// settling) and none after: what the plugin holds after a round of the second half must
+    /// never exceed the most it held after a round of the second quarter by more than one
+    /// round's requests. Growth that goes on
+    /// between resets is a leak in slow motion, whatever a reset later gives back.
+    pub(super) fn steady_state(&mut self, rounds: u16) -> Found {
+        const C: CheckId = CheckId::HeldBytesStaySteady;
+        /// The requests of a round: odd and even, small and a few MiB.
+        const ROUND: [usize; 12] = [
+            1,
+            3000,
+            4096,
+            65_537,
+            1 << 20,
+            (3 << 20) + 5,
+            256,
+            777,
+            12_345,
+            2 << 20,
+            100_001,
+            511,
+        ];
+        self.drop_everything()?;
+        self.ensure_initialized()?;
+        let rounds = usize::from(rounds.max(8));
+        let (warm, settled) = (rounds / 4, rounds / 2);
+        let mut ceiling = 0u64;
+        // What one round asks for, plus a granule: a bounded cache or a queue of deferred
+        // frees moves by up to about this much from round to round; a leak passes it.
+        let slack: u64 = ROUND.iter().map(|&b| b as u64).sum::<u64>() + self.granule();
+        let mut ptrs = Vec::with_capacity(ROUND.len());
+        for round in 0..rounds {
+            for &bytes in &ROUND {
+                match self.call(|m| m.memalloc(bytes))? {
+                    Ok(Ok(p)) => ptrs.push(p),
+                    Ok(Err(e)) => {
+                        return Err(self.fail(
+                            C,
+                            format!(
+                                "round {round} of {rounds}: memalloc({bytes}) failed: {e}; the \
+                                 same requests succeeded before"
+                            ),
+                        ))
+                    }
+                    Err(e) => {
+                        return Err(self.fail(
+                            C,
+                            format!(
+                                "round {round} of {rounds}: memalloc({bytes}) failed: {e}; the \
+                                 same requests succeeded before"
+                            ),
+                        ))
+                    }
+                }
+            }
+            self.coverage.requests += ROUND.len() as u64;
+            ptrs.rotate_left(round % ROUND.len());
+            let freed = guarded(|| ptrs.clear());
+            freed.map_err(|p| self.fail(CheckId::FinalizerRunsOnce, format!("freeing: {p}")))?;
+            let held = self.held_now(C)?;
+            if round >= warm && round < settled {
+                ceiling = ceiling.max(held);
+            } else if round >= settled && held > ceiling.saturating_add(slack) {
+                return Err(self.fail(
+                    C,
+                    format!(
+                        "after round {round} of {rounds} of the same {} requests, all freed, the \
+                         plugin holds {}, more than the most it held after any of rounds {warm} \
+                         to {} ({}) plus one round's requests ({}): what it holds keeps growing",
+                        ROUND.len(),
+                        Bytes(held),
+                        settled - 1,
+                        Bytes(ceiling),
+                        Bytes(slack)
+                    ),
+                ));
+            }
+            if round < warm && round % 4 == 3 {
+                match self.call(|m| m.reset())? {
+                    Ok(Ok(())) => self.coverage.resets += 1,
+                    Ok(Err(e)) => {
+                        return Err(self.fail(
+                            CheckId::ResetFreesEverything,
+                            format!("reset() in round {round} failed: {e}"),
+                        ))
+                    }
+                    Err(e) => {
+                        return Err(self.fail(
+                            CheckId::ResetFreesEverything,
+                            format!("reset() in round {round} failed: {e}"),
+                        ))
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
 }

@@ -318,6 +318,7 @@ impl Sut {
             } => self.concurrent(threads, allocs, size),
             Op::ProducerConsumer { items, size } => self.producer_consumer(items, size),
             Op::FreeAllAndRetry => self.free_all_and_retry(),
+            Op::SteadyState { rounds } => self.steady_state(rounds),
         }
     }
 

@@ -23,16 +23,19 @@ pub enum WasmBug {
     MisalignedOddSizes = 4,
     /// Every fifth answer repeats the last live one (overlap).
     RepeatsAnAnswer = 5,
+    /// Keeps the chunk of every freed 1 MiB request until a reset (held bytes creep).
+    KeepsChunksUntilReset = 6,
 }
 
 impl WasmBug {
     /// Every bug, the control excluded.
-    pub const ALL: [WasmBug; 5] = [
+    pub const ALL: [WasmBug; 6] = [
         WasmBug::IgnoresDeferScopes,
         WasmBug::DeferScopesAsAFlag,
         WasmBug::OutOfMemoryWithoutAsking,
         WasmBug::MisalignedOddSizes,
         WasmBug::RepeatsAnAnswer,
+        WasmBug::KeepsChunksUntilReset,
     ];
 
     /// The module with this bug, assembled from its text.

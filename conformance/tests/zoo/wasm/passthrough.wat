@@ -7,6 +7,7 @@
 ;;   3 answers out of memory for a request over 1 MiB, without asking, while anything is live
 ;;   4 answers an odd-sized request 8 bytes into a chunk 8 bytes larger (misaligned)
 ;;   5 every fifth answer repeats the last live one (overlap)
+;;   6 keeps the chunk of every freed 1 MiB request until a reset (held bytes creep)
 (module
   (import "emm" "upstream_alloc" (func $upstream_alloc (param i64 i64) (result i32)))
   (import "emm" "upstream_free" (func $upstream_free (param i32) (result i32)))
@@ -68,7 +69,9 @@
     (global.set $live (i32.sub (global.get $live) (i32.const 1)))
     (if (i64.eq (i64.shr_u (global.get $last) (i64.const 40)) (i64.extend_i32_u (local.get $chunk)))
       (then (global.set $last (i64.const -1))))
-    (if (i32.and (i32.gt_s (global.get $depth) (i32.const 0)) (i32.ne (global.get $bug) (i32.const 1)))
+    (if (i32.or
+          (i32.and (i32.gt_s (global.get $depth) (i32.const 0)) (i32.ne (global.get $bug) (i32.const 1)))
+          (i32.and (i32.eq (global.get $bug) (i32.const 6)) (i64.eq (local.get $size) (i64.const 1048576))))
       (then
         (i32.store8 (i32.add (i32.const 131072) (local.get $chunk)) (i32.const 1))
         (return (i32.const 0))))
