@@ -284,11 +284,18 @@ impl PluginResource {
                 Ok(_) => crate::fault::host_bug!(),
             },
             Ok(Err(status)) if status == i64::from(abi::STATUS_OUT_OF_MEMORY) => {
+                // The upstream failed for another reason than memory (a driver error): that is
+                // the cause the caller must see, not out of memory.
+                if let Slot::Running(instance) = &mut inner.slot {
+                    if let Some(e) = instance.store.data_mut().upstream_error.take() {
+                        return Err(e);
+                    }
+                }
                 return Err(MrError::OutOfMemory {
                     resource: NAME,
                     requested: size,
                     available: self.upstream.memory_info().map(|m| m.free),
-                })
+                });
             }
             Ok(Err(status)) if status == i64::from(abi::STATUS_UNSUPPORTED) => {
                 return Err(MrError::UnsupportedAlignment {

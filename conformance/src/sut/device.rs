@@ -208,7 +208,7 @@ impl Sut {
     /// An out-of-memory answer is honest only when the memory was really not available: the
     /// plugin's upstream refused it in that call, or the request does not fit in what the
     /// device had free before the manager existed less what is live now (with a granule of
-    /// slack per live allocation for rounding). A plugin that refuses a request that fits
+    /// slack per live allocation for rounding, and 1/64 of the device for reservations). A plugin that refuses a request that fits
     /// without asking its upstream could have served it.
     fn check_oom_honest(&mut self, req: &Request, asked: &str, e: &EmmError) -> Found {
         self.coverage.oom_answers += 1;
@@ -221,7 +221,11 @@ impl Sut {
         }
         let granule = self.granule();
         let live: u64 = self.buffers.values().map(|b| b.size as u64).sum();
-        let slack = granule.saturating_mul(self.buffers.len() as u64 + 1);
+        // Rounding, and the reservations of pools that map memory in large steps: a request
+        // within 1/64 of the device's free memory may not fit after all.
+        let slack = granule
+            .saturating_mul(self.buffers.len() as u64 + 1)
+            .saturating_add(self.baseline_free / 64);
         let needed = (req.bytes as u64)
             .div_ceil(granule)
             .saturating_mul(granule)

@@ -9,6 +9,7 @@ use emm_core::DeviceId;
 
 use super::device::Request;
 use super::{guarded, Found, Sut, HARNESS};
+use crate::assertions::check_for_breach;
 use crate::checks::CheckId;
 use crate::transition::Size;
 
@@ -37,6 +38,8 @@ impl Sut {
     /// allocation overlaps none of them.
     pub(super) fn initialize(&mut self) -> Found {
         const C: CheckId = CheckId::InitializeKeepsState;
+        // What was overwritten before `initialize()` is no fault of it.
+        self.verify_all(CheckId::WritesStayInTheirAllocation)?;
         self.call_initialize()?;
         self.verify_all(C)?;
         let bytes = Size::Pages(0).bytes(self.device_total);
@@ -57,7 +60,8 @@ impl Sut {
                 self.release(h)?;
             }
         }
-        self.verify_all(C)
+        // The probe's free is an ordinary free: what it overwrites is no fault of initialize.
+        self.verify_all(CheckId::WritesStayInTheirAllocation)
     }
 
     /// Drops every handle and guard the suite holds, each after its uses are ordered.
@@ -401,13 +405,14 @@ impl Sut {
                 match self.call(|m| m.memalloc(bytes))? {
                     Ok(Ok(p)) => ptrs.push(p),
                     Ok(Err(e)) => {
+                        let text = e.to_string();
                         return Err(self.fail(
-                            C,
+                            check_for_breach(&text).unwrap_or(C),
                             format!(
-                                "round {round} of {rounds}: memalloc({bytes}) failed: {e}; the \
-                                 same requests succeeded before"
+                                "round {round} of {rounds}: memalloc({bytes}) failed: {text}; \
+                                 the same requests succeeded before"
                             ),
-                        ))
+                        ));
                     }
                     Err(e) => {
                         return Err(self.fail(
