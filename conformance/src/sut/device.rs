@@ -141,7 +141,7 @@ impl Sut {
             Err(e) => {
                 let text = e.to_string();
                 let check = match check_for_breach(&text) {
-                    Some(c) if c == CheckId::MemallocNeverOverlaps => req.overlap,
+                    Some(CheckId::MemallocNeverOverlaps) => req.overlap,
                     Some(c) => c,
                     None if req.stream.is_some() => CheckId::StreamOrderedReuse,
                     None => CheckId::MemallocInDeviceMemory,
