@@ -57,6 +57,8 @@ pub enum CheckId {
     StreamOrderedReuse,
     /// Over many cycles of the same requests, what the plugin holds stops growing.
     HeldBytesStaySteady,
+    /// A sandboxed plugin's own statistics agree with what the host knows.
+    StatsAgreeWithTheHost,
     /// Threads never receive overlapping memory.
     ConcurrentUseNeverOverlaps,
     /// Producer and consumer threads on two streams share memory without a race.
@@ -142,6 +144,8 @@ pub const CHECKS: &[CheckInfo] = &[
         Observes::RACES),
     info(CheckId::HeldBytesStaySteady, DESIGN,
         "A long-lived program makes the same requests for hours: over many cycles of allocations, frees and resets, the memory a plugin holds stops growing."),
+    info(CheckId::StatsAgreeWithTheHost, "emm plugin ABI v1 (plugins/ABI.md)",
+        "emm_stats: The address of four u64s: free bytes, free blocks, largest free block, bytes of chunks held — the plugin's own word, shown beside what the host knows."),
     info(CheckId::ConcurrentUseNeverOverlaps, DESIGN,
         "Concurrent use from many threads never hands out overlapping memory."),
     info(CheckId::ProducerConsumerAcrossStreams, RMM,
@@ -173,6 +177,7 @@ impl CheckId {
             CheckId::OnlyThePluginAllocates => "only_the_plugin_allocates",
             CheckId::StreamOrderedReuse => "stream_ordered_reuse",
             CheckId::HeldBytesStaySteady => "held_bytes_stay_steady",
+            CheckId::StatsAgreeWithTheHost => "stats_agree_with_the_host",
             CheckId::ConcurrentUseNeverOverlaps => "concurrent_use_never_overlaps",
             CheckId::ProducerConsumerAcrossStreams => "producer_consumer_across_streams",
         }

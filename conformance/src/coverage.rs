@@ -41,6 +41,9 @@ pub struct Coverage {
     pub managed: u64,
     /// `get_memory_info()` answers (not `Unsupported`).
     pub memory_info: u64,
+    /// A sandboxed plugin's own statistics compared with the host's.
+    #[serde(default)]
+    pub stats_checked: u64,
 }
 
 /// The power-of-two class of a request of `bytes` (0 for 0 and 1 byte).
@@ -65,6 +68,7 @@ impl Coverage {
         self.ipc_handles += o.ipc_handles;
         self.managed += o.managed;
         self.memory_info += o.memory_info;
+        self.stats_checked += o.stats_checked;
     }
 
     /// Records a device request of `bytes`.
@@ -99,6 +103,9 @@ impl Coverage {
             }
             CheckId::OutOfMemoryIsHonest if self.oom_checked == 0 => {
                 Some("no out-of-memory answer could be checked against the plugin's upstream calls")
+            }
+            CheckId::StatsAgreeWithTheHost if self.stats_checked == 0 => {
+                Some("the plugin reports no statistics of its own (no emm_stats), or is no sandboxed plugin")
             }
             _ => None,
         }

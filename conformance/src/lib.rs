@@ -18,6 +18,8 @@
 //! - [`sut`]: the system under test: a manager on a machine, driven one [`Op`] at a time.
 //! - [`transition`]: [`Op`], every operation a case can make.
 //! - [`strategy`]: the weights cases are drawn with, and the fixed scenarios.
+//! - [`sandboxed`]: [`sandboxed::Sandboxed`], a wasm plugin's factory whose statistics the
+//!   suite checks.
 //! - [`runner`]: [`check`]: parallel cases, shrinking, regression files.
 //! - [`report`]: [`Report`]: table and JSON.
 //! - [`replay`]: regression files and [`replay::replay`].
@@ -45,6 +47,7 @@ pub mod model;
 pub mod replay;
 pub mod report;
 pub mod runner;
+pub mod sandboxed;
 pub mod sim_backend;
 pub mod soak;
 pub mod strategy;

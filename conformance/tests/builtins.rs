@@ -35,7 +35,6 @@ fn every_built_in_manager_passes_everything() {
 #[test]
 fn every_example_wasm_plugin_passes_everything() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/wasm");
-    emm_sandbox::install_loader();
     for name in ["first_fit", "buddy", "slab"] {
         let path = dir.join(format!("{name}.wasm"));
         assert!(
@@ -43,13 +42,24 @@ fn every_example_wasm_plugin_passes_everything() {
             "{} is missing: build the example plugins with `cargo xtask wasm`",
             path.display()
         );
-        let factory = resolve_plugin(&path.to_string_lossy()).unwrap();
+        // As `emm check` loads a `.wasm` file: the suite reads the plugin's statistics too.
+        let plugin = emm_sandbox::PluginFactory::from_file(
+            &path,
+            emm_sandbox::PluginLimits::default(),
+            Vec::new(),
+        )
+        .unwrap();
+        let factory = emm_conformance::sandboxed::Sandboxed(plugin);
         for seed in [1, 2] {
-            let report = check(&*factory, &Config::new(seed));
+            let report = check(&factory, &Config::new(seed));
             assert!(
                 report.passed,
                 "{name}, seed {seed}:\n{}",
                 report.to_table(false)
+            );
+            assert!(
+                report.coverage.stats_checked > 0,
+                "{name}: emm_stats was checked"
             );
             // The sandbox offers no stream-ordered allocation, so stream order cannot be
             // exercised and is skipped, not passed; every other check passes.

@@ -37,6 +37,7 @@ fn named_wasm_check(bug: WasmBug) -> CheckId {
         WasmBug::MisalignedOddSizes => CheckId::MemallocAligned,
         WasmBug::RepeatsAnAnswer => CheckId::MemallocNeverOverlaps,
         WasmBug::KeepsChunksUntilReset => CheckId::HeldBytesStaySteady,
+        WasmBug::StatsMissKeptChunks => CheckId::StatsAgreeWithTheHost,
     }
 }
 
@@ -94,6 +95,7 @@ fn the_sandboxed_control_passes_and_says_what_it_could_not_exercise() {
         .contains("not exercised"));
     assert!(report.coverage.defer_scopes > 0 && report.coverage.deepest_defer >= 2);
     assert!(report.coverage.oom_checked > 0, "{:?}", report.coverage);
+    assert!(report.coverage.stats_checked > 0, "{:?}", report.coverage);
 }
 
 fn config() -> Config {

@@ -189,7 +189,7 @@ fn load_for_check(plugin: &str, policy: &GatePolicy) -> Result<Loaded, String> {
             .with_gate(policy.clone());
         let subject = f.module().content_hash().map(Subject::wasm);
         return Ok(Loaded {
-            factory: Arc::new(f.clone()),
+            factory: Arc::new(crate::sandboxed::Sandboxed(f.clone())),
             wasm: Some(f),
             subject,
         });

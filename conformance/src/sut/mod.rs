@@ -138,6 +138,8 @@ pub struct Sut {
     /// The driver-call mark taken before the current operation, while a `defer_cleanup`
     /// scope is open and the plugin promises to keep its chunks in one.
     defer_mark: Option<u64>,
+    /// A sandboxed plugin's resource, whose statistics are checked after every operation.
+    sandbox: Option<Arc<emm_sandbox::PluginResource>>,
     /// Whether the plugin promises to return no chunk upstream while a `defer_cleanup` scope
     /// is open: a sandboxed plugin does (ABI v1, `emm_defer_enter`); emm's native managers
     /// document what they defer themselves.
@@ -218,6 +220,7 @@ impl Sut {
             })
         })?;
         let caps = manager.capabilities();
+        let sandbox = crate::sandboxed::resource_for(&driver);
         Ok(Sut {
             machine,
             observes,
@@ -241,6 +244,7 @@ impl Sut {
             coverage: Coverage::default(),
             defer_mark: None,
             keeps_chunks_in_scope: name.starts_with(SANDBOXED),
+            sandbox,
         })
     }
 
@@ -264,7 +268,10 @@ impl Sut {
             } else {
                 self.mark()
             };
-            let applied = self.apply(op).and_then(|()| self.check_scope_kept_chunks());
+            let applied = self
+                .apply(op)
+                .and_then(|()| self.check_scope_kept_chunks())
+                .and_then(|()| self.check_stats());
             if let Err(f) = applied.and_then(|()| self.take_seen()) {
                 self.abandon();
                 return Some(f);
@@ -414,5 +421,61 @@ impl Sut {
             let _ = self.driver.pageable_free(p);
         }
         self.pageable.clear();
+    }
+
+    /// A sandboxed plugin's own statistics (`emm_stats`) against the host's: the bytes of
+    /// chunks it holds are the host's count, free bytes are at most those, the largest free
+    /// block at most the free bytes. Checked while the first instance runs unbroken (a
+    /// quarantined instance's chunks stay with the host, not the new one).
+    fn check_stats(&mut self) -> Found {
+        let Some(resource) = &self.sandbox else {
+            return Ok(());
+        };
+        let stats = match resource.stats() {
+            Ok(s) => s,
+            Err(e) => {
+                return Err(self.fail(CheckId::StatsAgreeWithTheHost, format!("emm_stats(): {e}")))
+            }
+        };
+        let Some([free, _blocks, largest, held]) = stats.guest else {
+            return Ok(());
+        };
+        if !stats.running || stats.breaches > 0 {
+            return Ok(());
+        }
+        self.coverage.stats_checked += 1;
+        use emm_core::units::Bytes;
+        let wrong = if held != stats.held_bytes {
+            Some(format!(
+                "says it holds {} of chunks; the host gave it {} in {} chunk(s)",
+                Bytes(held),
+                Bytes(stats.held_bytes),
+                stats.chunks
+            ))
+        } else if free > held {
+            Some(format!(
+                "says {} is free of the {} it holds",
+                Bytes(free),
+                Bytes(held)
+            ))
+        } else if largest > free {
+            Some(format!(
+                "says its largest free block is {}, more than all its free bytes ({})",
+                Bytes(largest),
+                Bytes(free)
+            ))
+        } else {
+            None
+        };
+        match wrong {
+            None => Ok(()),
+            Some(w) => Err(self.fail(
+                CheckId::StatsAgreeWithTheHost,
+                format!(
+                    "emm_stats() {w} (free {}, largest free {}, held {})",
+                    free, largest, held
+                ),
+            )),
+        }
     }
 }

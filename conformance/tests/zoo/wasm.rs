@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use emm_conformance::sandboxed::Sandboxed;
 use emm_sandbox::{PluginFactory, PluginLimits, PluginModule};
 
 const PASSTHROUGH: &str = include_str!("wasm/passthrough.wat");
@@ -25,17 +26,20 @@ pub enum WasmBug {
     RepeatsAnAnswer = 5,
     /// Keeps the chunk of every freed 1 MiB request until a reset (held bytes creep).
     KeepsChunksUntilReset = 6,
+    /// Its statistics leave out the chunks it keeps for the end of a scope.
+    StatsMissKeptChunks = 7,
 }
 
 impl WasmBug {
     /// Every bug, the control excluded.
-    pub const ALL: [WasmBug; 6] = [
+    pub const ALL: [WasmBug; 7] = [
         WasmBug::IgnoresDeferScopes,
         WasmBug::DeferScopesAsAFlag,
         WasmBug::OutOfMemoryWithoutAsking,
         WasmBug::MisalignedOddSizes,
         WasmBug::RepeatsAnAnswer,
         WasmBug::KeepsChunksUntilReset,
+        WasmBug::StatsMissKeptChunks,
     ];
 
     /// The module with this bug, assembled from its text.
@@ -44,12 +48,13 @@ impl WasmBug {
         wat::parse_str(text).unwrap_or_else(|e| panic!("the zoo's WAT does not assemble: {e}"))
     }
 
-    /// A sandbox factory for the policy with this bug, under the default limits.
-    pub fn factory(self) -> PluginFactory {
+    /// A sandbox factory for the policy with this bug, under the default limits, whose
+    /// statistics the suite reads (as `emm check` loads a `.wasm` file).
+    pub fn factory(self) -> Sandboxed {
         let name = format!("zoo-{self:?}");
         let module =
             PluginModule::from_bytes(&name, &self.wasm(), PluginLimits::default(), Vec::new())
                 .unwrap_or_else(|e| panic!("the zoo's WAT does not load: {e}"));
-        PluginFactory::new(Arc::new(module))
+        Sandboxed(PluginFactory::new(Arc::new(module)))
     }
 }

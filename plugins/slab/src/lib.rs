@@ -296,10 +296,18 @@ impl Policy for Slab {
                     _ => 0,
                 })
                 .sum(),
-            largest_free: (0..CLASSES)
-                .rev()
-                .find(|&c| !self.partial[c].is_empty())
-                .map_or(0, class_bytes),
+            // From the slabs themselves: the partial lists may name full slabs.
+            largest_free: self
+                .chunks
+                .iter()
+                .filter_map(|u| match u {
+                    Use::Slab { class, slots, .. } if !slots.is_empty() => {
+                        Some(class_bytes(*class))
+                    }
+                    _ => None,
+                })
+                .max()
+                .unwrap_or(0),
             held_bytes: self.held_bytes,
         }
     }
