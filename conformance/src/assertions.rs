@@ -246,6 +246,23 @@ pub fn check_memhostalloc_honours_flags(
     Ok(())
 }
 
+/// The check a sandbox breach named in an error `message` breaks, if the message names one:
+/// a misaligned answer is `memalloc_aligned`'s, an overlap `memalloc_never_overlaps`', an
+/// answer outside its chunk `memalloc_in_device_memory`'s, whichever call reports it.
+pub fn check_for_breach(message: &str) -> Option<CheckId> {
+    use emm_sandbox::Rule;
+    [
+        (Rule::Misaligned, CheckId::MemallocAligned),
+        (Rule::Overlap, CheckId::MemallocNeverOverlaps),
+        (Rule::OutsideChunk, CheckId::MemallocInDeviceMemory),
+        (Rule::ForeignChunk, CheckId::MemallocInDeviceMemory),
+        (Rule::ChunkInUse, CheckId::WritesStayInTheirAllocation),
+    ]
+    .into_iter()
+    .find(|(rule, _)| message.contains(&format!("broke the rule \"{}\"", rule.sentence())))
+    .map(|(_, check)| check)
+}
+
 /// The check a misuse the backend saw during `op` breaks.
 pub fn check_for_seen(seen: &Seen, op: Option<&Op>) -> CheckId {
     match (seen, op) {
@@ -282,6 +299,16 @@ mod tests {
             .contains("1.0 PiB"));
         let e = check_writes_stay_in_their_allocation(3, 64, 0xab, &[0xab, 0xcd]).unwrap_err();
         assert!(e.contains("byte 65 reads 0xcd"), "{e}");
+    }
+
+    #[test]
+    fn a_sandbox_breach_is_filed_under_the_check_named_for_its_rule() {
+        let m =
+            "plugin x broke the rule \"an answer must be aligned as asked\": chunk 1 offset 0x8";
+        assert_eq!(check_for_breach(m), Some(CheckId::MemallocAligned));
+        let m = "plugin x broke the rule \"an answer must not overlap a live allocation\": ...";
+        assert_eq!(check_for_breach(m), Some(CheckId::MemallocNeverOverlaps));
+        assert_eq!(check_for_breach("out of memory"), None);
     }
 
     #[test]

@@ -114,6 +114,16 @@ pub struct Held {
     pub managed: u64,
 }
 
+/// What the plugin asked of the driver during a span of calls (process 0, the suite's own
+/// calls excluded).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct UpstreamCalls {
+    /// Device allocations the driver refused.
+    pub refused_allocations: u64,
+    /// Device memory given back synchronously (`cuMemFree`, `cuMemRelease`).
+    pub returns: u64,
+}
+
 /// One machine for one case: a fresh simulated GPU, or the real one.
 pub trait Machine: Send + Sync {
     /// The driver the plugin runs on.
@@ -139,6 +149,16 @@ pub trait Machine: Send + Sync {
     /// driver pools' reserves), where the backend counts them itself; `None` falls back to
     /// the driver's free memory.
     fn device_bytes_in_use(&self) -> Option<u64> {
+        None
+    }
+    /// A mark for [`Machine::upstream_since`]: the number of driver calls so far, where the
+    /// backend counts them.
+    fn call_mark(&self) -> Option<u64> {
+        None
+    }
+    /// What the plugin asked of the driver since `mark`, where the backend traces calls.
+    fn upstream_since(&self, mark: u64) -> Option<UpstreamCalls> {
+        let _ = mark;
         None
     }
     /// The device allocations still live, where the backend counts them (for a leak's message).

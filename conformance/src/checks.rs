@@ -37,6 +37,8 @@ pub enum CheckId {
     ZeroSizeIsAnError,
     /// Out of memory is an error that leaves the manager usable.
     OutOfMemoryIsAnError,
+    /// Out of memory is answered only when the upstream refused the plugin in that call.
+    OutOfMemoryIsHonest,
     /// `memhostalloc` honours `mapped`, `portable` and `wc`.
     MemhostallocHonoursFlags,
     /// `mempin` honours `mapped`; the finalizer unpins.
@@ -53,6 +55,10 @@ pub enum CheckId {
     OnlyThePluginAllocates,
     /// Memory freed on one stream reaches another only after an ordering.
     StreamOrderedReuse,
+    /// Over many cycles of the same requests, what the plugin holds stops growing.
+    HeldBytesStaySteady,
+    /// A sandboxed plugin's own statistics agree with what the host knows.
+    StatsAgreeWithTheHost,
     /// Threads never receive overlapping memory.
     ConcurrentUseNeverOverlaps,
     /// Producer and consumer threads on two streams share memory without a race.
@@ -115,6 +121,9 @@ pub const CHECKS: &[CheckInfo] = &[
         "A manager never panics on bad input: size 0, an absurd size, a foreign pointer are errors."),
     info(CheckId::OutOfMemoryIsAnError, DESIGN,
         "Out of memory is an error, never a panic, and leaves the manager usable; after frees, the same request succeeds."),
+    sim(info(CheckId::OutOfMemoryIsHonest, DESIGN,
+        "An out-of-memory answer is correct only when the memory was really not available: the plugin asked its upstream in that call and was refused, or a configured limit was reached."),
+        Observes::ATTRIBUTION),
     info(CheckId::MemhostallocHonoursFlags, EMM_REF,
         "mapped (bool) – Whether the allocated memory should be mapped into the CUDA address space. portable (bool) – Whether the memory will be considered pinned by all contexts, and not just the calling context. wc (bool) – Whether to allocate the memory as write-combined."),
     info(CheckId::MempinUnpinsInFinalizer, NBEP7,
@@ -133,6 +142,10 @@ pub const CHECKS: &[CheckInfo] = &[
     sim(info(CheckId::StreamOrderedReuse, RMM,
         "If a block is found in a free list associated with a different stream, the requesting stream must wait on an event recorded in the stream on which the block was deallocated."),
         Observes::RACES),
+    info(CheckId::HeldBytesStaySteady, DESIGN,
+        "A long-lived program makes the same requests for hours: over many cycles of allocations, frees and resets, the memory a plugin holds stops growing."),
+    info(CheckId::StatsAgreeWithTheHost, "emm plugin ABI v1 (plugins/ABI.md)",
+        "emm_stats: The address of four u64s: free bytes, free blocks, largest free block, bytes of chunks held — the plugin's own word, shown beside what the host knows."),
     info(CheckId::ConcurrentUseNeverOverlaps, DESIGN,
         "Concurrent use from many threads never hands out overlapping memory."),
     info(CheckId::ProducerConsumerAcrossStreams, RMM,
@@ -154,6 +167,7 @@ impl CheckId {
             CheckId::WritesStayInTheirAllocation => "writes_stay_in_their_allocation",
             CheckId::ZeroSizeIsAnError => "zero_size_is_an_error",
             CheckId::OutOfMemoryIsAnError => "out_of_memory_is_an_error",
+            CheckId::OutOfMemoryIsHonest => "out_of_memory_is_honest",
             CheckId::MemhostallocHonoursFlags => "memhostalloc_honours_flags",
             CheckId::MempinUnpinsInFinalizer => "mempin_unpins_in_finalizer",
             CheckId::MemallocmanagedIsUnified => "memallocmanaged_is_unified",
@@ -162,6 +176,8 @@ impl CheckId {
             CheckId::DeferCleanupNests => "defer_cleanup_nests",
             CheckId::OnlyThePluginAllocates => "only_the_plugin_allocates",
             CheckId::StreamOrderedReuse => "stream_ordered_reuse",
+            CheckId::HeldBytesStaySteady => "held_bytes_stay_steady",
+            CheckId::StatsAgreeWithTheHost => "stats_agree_with_the_host",
             CheckId::ConcurrentUseNeverOverlaps => "concurrent_use_never_overlaps",
             CheckId::ProducerConsumerAcrossStreams => "producer_consumer_across_streams",
         }

@@ -18,10 +18,13 @@
 //! - [`sut`]: the system under test: a manager on a machine, driven one [`Op`] at a time.
 //! - [`transition`]: [`Op`], every operation a case can make.
 //! - [`strategy`]: the weights cases are drawn with, and the fixed scenarios.
+//! - [`sandboxed`]: [`sandboxed::Sandboxed`], a wasm plugin's factory whose statistics the
+//!   suite checks.
 //! - [`runner`]: [`check`]: parallel cases, shrinking, regression files.
 //! - [`report`]: [`Report`]: table and JSON.
 //! - [`replay`]: regression files and [`replay::replay`].
 //! - [`config`]: [`Config`]: depth, seed (`EMM_SEED`), backend.
+//! - [`coverage`]: [`coverage::Coverage`]: what a run exercised; checks it could not exercise are skipped.
 //! - [`backend`]: [`Backend`] and [`Observes`]: where cases run and what is seen there.
 //! - [`sim_backend`]: [`SimBackend`], the simulated GPU.
 //! - [`cuda_backend`]: [`CudaBackend`], the real GPU.
@@ -38,11 +41,13 @@ pub mod charts;
 pub mod checks;
 pub mod cli;
 pub mod config;
+pub mod coverage;
 pub mod cuda_backend;
 pub mod model;
 pub mod replay;
 pub mod report;
 pub mod runner;
+pub mod sandboxed;
 pub mod sim_backend;
 pub mod soak;
 pub mod strategy;

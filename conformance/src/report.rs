@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::backend::Backend;
 use crate::checks::{CheckId, CHECKS};
 use crate::config::{Config, DEFAULT_CASES, DEFAULT_MAX_OPS, SEED_VAR};
+use crate::coverage::Coverage;
 use crate::replay::Regression;
 
 /// The verdict of a run.
@@ -33,6 +34,9 @@ pub struct Report {
     pub error: Option<String>,
     /// Every check, in catalogue order.
     pub checks: Vec<CheckResult>,
+    /// What the run exercised.
+    #[serde(default)]
+    pub coverage: Coverage,
 }
 
 /// The verdict of one check.
@@ -46,9 +50,13 @@ pub struct CheckResult {
     pub source: String,
     /// Whether it passed (false when it failed or was skipped).
     pub passed: bool,
-    /// Whether it did not run (the backend cannot observe what it needs).
+    /// Whether it did not run (the backend cannot observe what it needs), or never met the
+    /// situation its rule is about.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub skipped: bool,
+    /// Why it was skipped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skip_reason: Option<String>,
     /// The shrunk failure, when it failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<Failure>,
@@ -132,12 +140,15 @@ impl Report {
                 let at = failures.iter().position(|(id, _)| *id == c.id);
                 let failure = at.map(|i| failures.swap_remove(i).1);
                 let skipped = !observes.covers(c.needs);
+                let skip_reason =
+                    skipped.then(|| format!("not observable on the {} backend", backend.name()));
                 CheckResult {
                     name: c.id.name().to_string(),
                     rule: c.rule.to_string(),
                     source: c.source.to_string(),
                     passed: failure.is_none() && !skipped,
                     skipped,
+                    skip_reason,
                     failure,
                 }
             })
@@ -152,7 +163,25 @@ impl Report {
             elapsed_ms: 0,
             error: None,
             checks,
+            coverage: Coverage::default(),
         }
+    }
+
+    /// With what the run exercised: a check that neither failed nor met the situation its rule
+    /// is about is skipped, with the reason, rather than passed.
+    pub fn with_coverage(mut self, coverage: Coverage) -> Self {
+        for c in &mut self.checks {
+            let Some(id) = CheckId::from_name(&c.name) else {
+                continue;
+            };
+            if let (None, false, Some(why)) = (&c.failure, c.skipped, coverage.unexercised(id)) {
+                c.skipped = true;
+                c.passed = false;
+                c.skip_reason = Some(format!("not exercised: {why}"));
+            }
+        }
+        self.coverage = coverage;
+        self
     }
 
     /// Checks that failed.
@@ -200,12 +229,8 @@ impl Report {
                 (None, false) => paint("32", "PASS"),
             };
             let _ = writeln!(out, "  {tag}  {}", c.name);
-            if c.skipped {
-                let _ = writeln!(
-                    out,
-                    "        not observable on the {} backend",
-                    self.backend
-                );
+            if let (true, Some(why)) = (c.skipped, &c.skip_reason) {
+                let _ = writeln!(out, "        {why}");
             }
             let Some(f) = &c.failure else { continue };
             let _ = writeln!(out, "        rule ({}): \"{}\"", c.source, c.rule);
@@ -231,6 +256,7 @@ impl Report {
                 let _ = writeln!(out, "        rerun with: {}", f.rerun);
             }
         }
+        let _ = write!(out, "\ncoverage:\n{}", self.coverage.to_text());
         let failed = self.failed().count();
         let skipped = self.checks.iter().filter(|c| c.skipped).count();
         let passed = self.checks.len() - failed - skipped;

@@ -13,6 +13,7 @@ use proptest::test_runner::{Config as PtConfig, RngAlgorithm, TestRng, TestRunne
 use crate::backend::Backend;
 use crate::checks::CheckId;
 use crate::config::{mix, Config, Progress};
+use crate::coverage::Coverage;
 use crate::replay::{save, Regression};
 use crate::report::{Failure, Report};
 use crate::strategy::{case, scenarios};
@@ -46,10 +47,24 @@ pub fn run_case(
     machine_seed: u64,
     ops: &[Op],
 ) -> Result<Option<Finding>, SetupError> {
+    run_case_covered(factory, backend, machine_seed, ops).map(|(f, _)| f)
+}
+
+/// As [`run_case`], with what the case exercised.
+///
+/// # Errors
+///
+/// The machine or the plugin cannot be had.
+pub fn run_case_covered(
+    factory: &dyn ManagerFactory,
+    backend: &dyn Backend,
+    machine_seed: u64,
+    ops: &[Op],
+) -> Result<(Option<Finding>, Coverage), SetupError> {
     let machine = backend.machine(machine_seed).map_err(SetupError)?;
     match Sut::new(factory, machine, backend.observes()) {
-        Ok(sut) => Ok(sut.run(ops)),
-        Err(Ok(f)) => Ok(Some(f)),
+        Ok(sut) => Ok(sut.run_covered(ops)),
+        Err(Ok(f)) => Ok((Some(f), Coverage::default())),
         Err(Err(e)) => Err(e),
     }
 }
@@ -86,6 +101,7 @@ pub fn check(factory: &dyn ManagerFactory, config: &Config) -> Report {
     let stop = AtomicBool::new(false);
     let found: Mutex<BTreeMap<CheckId, Found>> = Mutex::new(BTreeMap::new());
     let setup: Mutex<Option<String>> = Mutex::new(None);
+    let covered: Mutex<Coverage> = Mutex::new(Coverage::default());
     let backend = &*config.backend;
     let worker = || loop {
         let index = next.fetch_add(1, Ordering::Relaxed);
@@ -96,6 +112,13 @@ pub fn check(factory: &dyn ManagerFactory, config: &Config) -> Report {
         let outcome = crate::sut::guarded(|| match fixed.get(index) {
             Some((_, ops)) => run_fixed(factory, backend, machine_seed, ops, &found, index, config),
             None => run_random(factory, backend, machine_seed, &found, index, config),
+        })
+        .map(|r| {
+            r.map(|c| {
+                if let Ok(mut all) = covered.lock() {
+                    all.merge(&c);
+                }
+            })
         })
         .unwrap_or_else(|p| {
             Err(SetupError(format!(
@@ -129,7 +152,8 @@ pub fn check(factory: &dyn ManagerFactory, config: &Config) -> Report {
         .into_iter()
         .map(|(id, f)| (id, failure(&plugin, backend, config, f)))
         .collect();
-    let mut report = Report::new(&plugin, backend, config, failures);
+    let coverage = covered.into_inner().unwrap_or_else(|p| p.into_inner());
+    let mut report = Report::new(&plugin, backend, config, failures).with_coverage(coverage);
     report.error = error;
     report.passed = report.passed && report.error.is_none();
     report.elapsed_ms = start.elapsed().as_millis() as u64;
@@ -160,9 +184,10 @@ fn run_fixed(
     found: &Mutex<BTreeMap<CheckId, Found>>,
     index: usize,
     config: &Config,
-) -> Result<(), SetupError> {
-    let Some(finding) = run_case(factory, backend, machine_seed, ops)? else {
-        return Ok(());
+) -> Result<Coverage, SetupError> {
+    let (finding, coverage) = run_case_covered(factory, backend, machine_seed, ops)?;
+    let Some(finding) = finding else {
+        return Ok(coverage);
     };
     if claim(found, finding.check, index) {
         let (ops, finding) = remove_steps(
@@ -183,7 +208,7 @@ fn run_fixed(
             },
         );
     }
-    Ok(())
+    Ok(coverage)
 }
 
 fn run_random(
@@ -193,17 +218,18 @@ fn run_random(
     found: &Mutex<BTreeMap<CheckId, Found>>,
     index: usize,
     config: &Config,
-) -> Result<(), SetupError> {
+) -> Result<Coverage, SetupError> {
     let mut runner = TestRunner::new_with_rng(PtConfig::default(), rng(machine_seed));
     let Ok(mut tree) = case(config.max_ops).new_tree(&mut runner) else {
-        return Ok(());
+        return Ok(Coverage::default());
     };
     let ops = tree.current();
-    let Some(first) = run_case(factory, backend, machine_seed, &ops)? else {
-        return Ok(());
+    let (first, coverage) = run_case_covered(factory, backend, machine_seed, &ops)?;
+    let Some(first) = first else {
+        return Ok(coverage);
     };
     if !claim(found, first.check, index) {
-        return Ok(());
+        return Ok(coverage);
     }
     // proptest's shrinking: drop operations, then simplify what is left, keeping only
     // changes after which the same check still fails.
@@ -240,7 +266,7 @@ fn run_random(
             finding,
         },
     );
-    Ok(())
+    Ok(coverage)
 }
 
 /// Removes one step at a time while the same check still fails (a last pass after

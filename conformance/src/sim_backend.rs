@@ -6,12 +6,14 @@ use emm_core::attribution::CallerScope;
 use emm_core::{DevicePtr, Driver};
 use emm_sim::{SimConfig, SimDriver, Violation, GIB};
 
-use crate::backend::{Attributed, Backend, Held, Machine, Observes, Seen};
+use emm_sim::CallKind;
+
+use crate::backend::{Attributed, Backend, Held, Machine, Observes, Seen, UpstreamCalls};
 use crate::sut::HARNESS;
 
 /// Device memory of the simulated GPU the suite uses by default: small enough that
 /// near-total requests and out of memory come up, large enough for every size class.
-pub const SIM_MEMORY: u64 = GIB;
+pub const SIM_MEMORY: u64 = 80 * GIB;
 
 /// The simulated GPU, a fresh machine per case seeded from the case's seed.
 #[derive(Debug, Clone)]
@@ -147,5 +149,26 @@ impl Machine for SimMachine {
 
     fn trace_hash(&self) -> Option<u64> {
         Some(self.driver.trace_hash())
+    }
+    fn call_mark(&self) -> Option<u64> {
+        Some(self.driver.call_count())
+    }
+    fn upstream_since(&self, mark: u64) -> Option<UpstreamCalls> {
+        let mut calls = UpstreamCalls::default();
+        for e in self.driver.trace().iter().rev() {
+            if e.seq < mark {
+                break;
+            }
+            if e.process != 0 || e.caller == HARNESS {
+                continue;
+            }
+            if e.call.allocates_device_memory() && e.result.is_err() {
+                calls.refused_allocations += 1;
+            }
+            if matches!(e.call, CallKind::MemFree | CallKind::MemRelease) && e.result.is_ok() {
+                calls.returns += 1;
+            }
+        }
+        Some(calls)
     }
 }

@@ -17,6 +17,9 @@ pub fn size() -> BoxedStrategy<Size> {
         30 => (0u16..2048).prop_map(Size::Odd),
         20 => (0u8..16).prop_map(Size::Pages),
         8 => (0u8..8).prop_map(Size::Mib),
+        8 => (0u8..crate::transition::CLASSES, any::<u16>())
+            .prop_map(|(exp, frac)| Size::Class { exp, frac }),
+        6 => (0u8..4, 0u8..4, 0u8..3).prop_map(|(unit, n, delta)| Size::Edge { unit, n, delta }),
         3 => Just(Size::Zero),
         3 => (0u8..4).prop_map(Size::NearTotal),
         2 => Just(Size::Absurd),
@@ -201,6 +204,11 @@ pub fn scenarios() -> Vec<(&'static str, Vec<Op>)> {
                 Drop { pick: 0 },
             ],
         ),
+        ("every size class and boundary, 1 B to 64 GiB", sizes()),
+        (
+            "steady state: thousands of allocations and frees",
+            vec![SteadyState { rounds: 48 }],
+        ),
         (
             "defer_cleanup nested and left by an error",
             vec![
@@ -216,4 +224,34 @@ pub fn scenarios() -> Vec<(&'static str, Vec<Op>)> {
             ],
         ),
     ]
+}
+
+/// One request in every power-of-two class and at every boundary ±1 byte, each freed before
+/// the next (so that the largest fit together with nothing), a view and a write on some.
+fn sizes() -> Vec<Op> {
+    let mut ops = Vec::new();
+    for exp in 0..crate::transition::CLASSES {
+        ops.push(Op::Memalloc {
+            size: Size::Class {
+                exp,
+                frac: u16::from(exp) * 977,
+            },
+        });
+        if exp % 5 == 0 {
+            ops.push(Op::Write { pick: 0, lane: 0 });
+        }
+        ops.push(Op::Drop { pick: 0 });
+    }
+    for unit in 0..4u8 {
+        for delta in 0..3u8 {
+            ops.push(Op::Memalloc {
+                size: Size::Edge { unit, n: 0, delta },
+            });
+        }
+        ops.push(Op::Verify);
+        for _ in 0..3 {
+            ops.push(Op::Drop { pick: 0 });
+        }
+    }
+    ops
 }

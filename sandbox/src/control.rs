@@ -22,6 +22,11 @@ impl PluginResource {
     /// quarantines it. Does nothing when no instance runs.
     fn control(&self, op: Op) -> Result<(), SandboxError> {
         let mut inner = self.lock();
+        match op {
+            Op::DeferEnter => inner.defer_depth = inner.defer_depth.saturating_add(1),
+            Op::DeferExit => inner.defer_depth = inner.defer_depth.saturating_sub(1),
+            Op::Reset | Op::Trim(_) => {}
+        }
         let Slot::Running(instance) = &mut inner.slot else {
             // Quarantined chunks may have emptied: return them.
             let empty = inner.registry.take_empty_orphans();

@@ -56,6 +56,9 @@ pub(crate) struct Inner {
     pub breaches: Vec<Breach>,
     pub restarts: u32,
     pub logs: Vec<LogLine>,
+    // `defer_cleanup` scopes open now: an instance started inside them (the first, or one
+    // after a quarantine) is told of each, so that it too keeps its chunks until they end.
+    pub defer_depth: u32,
 }
 
 impl Inner {
@@ -98,6 +101,7 @@ impl PluginResource {
                 breaches: Vec::new(),
                 restarts: 0,
                 logs: Vec::new(),
+                defer_depth: 0,
             }),
         }
     }
@@ -145,7 +149,14 @@ impl PluginResource {
             .module
             .instantiate(registry, Arc::clone(&self.upstream))
         {
-            Ok(instance) => {
+            Ok(mut instance) => {
+                for _ in 0..inner.defer_depth {
+                    if let Err(fault) = instance.defer_enter() {
+                        inner.slot = Slot::Running(Box::new(instance));
+                        let breach = self.quarantine(inner, fault, "emm_defer_enter()".into());
+                        return Err(SandboxError::Quarantined(breach));
+                    }
+                }
                 inner.slot = Slot::Running(Box::new(instance));
                 Ok(())
             }
@@ -273,11 +284,18 @@ impl PluginResource {
                 Ok(_) => crate::fault::host_bug!(),
             },
             Ok(Err(status)) if status == i64::from(abi::STATUS_OUT_OF_MEMORY) => {
+                // The upstream failed for another reason than memory (a driver error): that is
+                // the cause the caller must see, not out of memory.
+                if let Slot::Running(instance) = &mut inner.slot {
+                    if let Some(e) = instance.store.data_mut().upstream_error.take() {
+                        return Err(e);
+                    }
+                }
                 return Err(MrError::OutOfMemory {
                     resource: NAME,
                     requested: size,
                     available: self.upstream.memory_info().map(|m| m.free),
-                })
+                });
             }
             Ok(Err(status)) if status == i64::from(abi::STATUS_UNSUPPORTED) => {
                 return Err(MrError::UnsupportedAlignment {

@@ -27,7 +27,7 @@ pub const COMMAND: Command = Command {
 
 flags:
   --backend NAME       where to run: sim (the default) or cuda (the GPU of this machine)
-  --seed N             the run's seed (default: $EMM_SEED, else from the clock)
+  --seed N             the run's seed (default: $EMM_SEED, else the constant 20261127)
   --cases N            random cases after the fixed scenarios (default 256)
   --ops N              most operations in a case (default 64)
   --threads N          cases run at once (default: every core)
@@ -189,7 +189,7 @@ fn load_for_check(plugin: &str, policy: &GatePolicy) -> Result<Loaded, String> {
             .with_gate(policy.clone());
         let subject = f.module().content_hash().map(Subject::wasm);
         return Ok(Loaded {
-            factory: Arc::new(f.clone()),
+            factory: Arc::new(crate::sandboxed::Sandboxed(f.clone())),
             wasm: Some(f),
             subject,
         });

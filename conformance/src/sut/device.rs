@@ -8,11 +8,12 @@ use emm_core::StreamId;
 
 use super::{guarded, BufKind, Buffer, Found, Handle, Sut, HARNESS};
 use crate::assertions::{
-    check_memalloc_aligned, check_memalloc_in_device_memory, check_memalloc_never_overlaps,
-    check_out_of_memory_is_an_error, check_writes_stay_in_their_allocation,
-    check_zero_size_is_an_error,
+    check_for_breach, check_memalloc_aligned, check_memalloc_in_device_memory,
+    check_memalloc_never_overlaps, check_out_of_memory_is_an_error,
+    check_writes_stay_in_their_allocation, check_zero_size_is_an_error,
 };
 use crate::checks::CheckId;
+use crate::model::Region;
 use crate::transition::{Lane, Pick, Size};
 
 /// Bytes the suite writes and reads at each end of an allocation.
@@ -37,12 +38,15 @@ pub(super) struct Request {
     pub stream: Option<StreamId>,
     /// The check an overlap breaks (a probe after `initialize` files it there).
     pub overlap: CheckId,
+    /// The driver-call mark taken just before the request, where the backend counts calls.
+    pub mark: Option<u64>,
 }
 
 impl Sut {
     pub(super) fn memalloc(&mut self, size: Size) -> Found {
         self.ensure_initialized()?;
-        let bytes = size.bytes(self.device_total);
+        let bytes = self.resolve(size);
+        let mark = self.mark();
         let r = self.call(|m| m.memalloc(bytes))?;
         let req = Request {
             what: "memalloc",
@@ -50,14 +54,16 @@ impl Sut {
             bytes,
             stream: None,
             overlap: CheckId::MemallocNeverOverlaps,
+            mark,
         };
         self.allocated(&req, r).map(drop)
     }
 
     pub(super) fn memalloc_async(&mut self, size: Size, lane: Lane) -> Found {
         self.ensure_initialized()?;
-        let bytes = size.bytes(self.device_total);
+        let bytes = self.resolve(size);
         let stream = self.lane(lane);
+        let mark = self.mark();
         let r = self.call(|m| m.memalloc_async(bytes, stream))?;
         if !self.caps.stream_ordered {
             return match r {
@@ -79,8 +85,13 @@ impl Sut {
             bytes,
             stream: Some(stream),
             overlap: CheckId::MemallocNeverOverlaps,
+            mark,
         };
-        self.allocated(&req, r).map(drop)
+        let r = self.allocated(&req, r)?;
+        if r.is_some() {
+            self.coverage.lanes |= 1 << (usize::from(lane) % crate::transition::LANES);
+        }
+        Ok(())
     }
 
     /// Checks what an allocation returned; keeps and writes a new pointer. Returns its buffer.
@@ -90,6 +101,9 @@ impl Sut {
         r: Result<EmmResult<MemoryPointer>, String>,
     ) -> Result<Option<u32>, super::Finding> {
         let asked = format!("{}({})", req.what, Bytes(req.bytes as u64));
+        if req.size != Size::Zero && !req.size.is_absurd() {
+            self.coverage.request(req.bytes as u64);
+        }
         let r = match r {
             Ok(r) => r,
             Err(panic) => {
@@ -116,18 +130,23 @@ impl Sut {
         let ptr = match r {
             Ok(p) => p,
             Err(e) if e.is_out_of_memory() => {
-                if req.stream.is_none() && req.bytes as u64 <= self.device_total {
-                    self.model.last_oom = Some(req.bytes);
+                if req.bytes as u64 <= self.device_total {
+                    if req.stream.is_none() {
+                        self.model.last_oom = Some(req.bytes);
+                    }
+                    self.check_oom_honest(req, &asked, &e)?;
                 }
                 return Ok(None);
             }
             Err(e) => {
-                let check = if req.stream.is_some() {
-                    CheckId::StreamOrderedReuse
-                } else {
-                    CheckId::MemallocInDeviceMemory
+                let text = e.to_string();
+                let check = match check_for_breach(&text) {
+                    Some(CheckId::MemallocNeverOverlaps) => req.overlap,
+                    Some(c) => c,
+                    None if req.stream.is_some() => CheckId::StreamOrderedReuse,
+                    None => CheckId::MemallocInDeviceMemory,
                 };
-                return Err(self.fail(check, format!("{asked} failed: {e}")));
+                return Err(self.fail(check, format!("{asked} failed: {text}")));
             }
         };
         let base = ptr.device_ptr();
@@ -137,6 +156,13 @@ impl Sut {
             .map_err(|m| self.fail(CheckId::MemallocInDeviceMemory, m))?;
         check_memalloc_never_overlaps(&self.model, &asked, base, req.bytes)
             .map_err(|m| self.fail(req.overlap, m))?;
+        let now = req.stream.unwrap_or(StreamId::DEFAULT);
+        if let Some(Region::Freed { stream, .. }) = self.model.reused(base.0) {
+            if stream != now {
+                self.coverage.cross_stream_reuses += 1;
+            }
+        }
+        self.coverage.largest_served = self.coverage.largest_served.max(req.bytes as u64);
         let id = self.new_buffer(Buffer {
             base,
             size: req.bytes,
@@ -149,9 +175,85 @@ impl Sut {
         self.model
             .insert_live(base.0, req.bytes as u64, id, req.stream);
         self.handles.push(Handle::Pointer { buffer: id, ptr });
+        self.coverage.live_high_water =
+            self.coverage.live_high_water.max(self.buffers.len() as u64);
         let stream = req.stream.unwrap_or(StreamId::DEFAULT);
         self.fill(id, stream, CheckId::MemallocInDeviceMemory)?;
         Ok(Some(id))
+    }
+
+    /// A mark of the driver calls so far, where the backend sees which layer calls it.
+    pub(super) fn mark(&self) -> Option<u64> {
+        if self.observes.attribution {
+            self.machine.call_mark()
+        } else {
+            None
+        }
+    }
+
+    /// The bytes of a request of `size` on this machine. A near-total request is measured
+    /// from the memory that was free before the manager existed, in whole allocation granules
+    /// (a GPU hands out large allocations in 2 MiB pages), so that it fits once nothing else is
+    /// live and its out-of-memory answer, and the retry after frees, prove something.
+    pub(super) fn resolve(&self, size: Size) -> usize {
+        let Size::NearTotal(n) = size else {
+            return size.bytes(self.device_total);
+        };
+        let granule = self.granule();
+        let usable = self.baseline_free / granule * granule;
+        let bytes = usable.saturating_sub((u64::from(n) + 1) << 20).max(1);
+        usize::try_from(bytes).unwrap_or(usize::MAX)
+    }
+
+    /// An out-of-memory answer is honest only when the memory was really not available: the
+    /// plugin's upstream refused it in that call, or the request does not fit in what the
+    /// device had free before the manager existed less what is live now (with a granule of
+    /// slack per live allocation for rounding, and 1/64 of the device for reservations). A plugin that refuses a request that fits
+    /// without asking its upstream could have served it.
+    fn check_oom_honest(&mut self, req: &Request, asked: &str, e: &EmmError) -> Found {
+        self.coverage.oom_answers += 1;
+        let Some(calls) = req.mark.and_then(|m| self.machine.upstream_since(m)) else {
+            return Ok(());
+        };
+        self.coverage.oom_checked += 1;
+        if calls.refused_allocations > 0 {
+            return Ok(());
+        }
+        let granule = self.granule();
+        let live: u64 = self.buffers.values().map(|b| b.size as u64).sum();
+        // Rounding, and the reservations of pools that map memory in large steps: a request
+        // within 1/64 of the device's free memory may not fit after all.
+        let slack = granule
+            .saturating_mul(self.buffers.len() as u64 + 1)
+            .saturating_add(self.baseline_free / 64);
+        let needed = (req.bytes as u64)
+            .div_ceil(granule)
+            .saturating_mul(granule)
+            .saturating_add(live)
+            .saturating_add(slack);
+        if needed > self.baseline_free {
+            return Ok(());
+        }
+        Err(self.fail(
+            CheckId::OutOfMemoryIsHonest,
+            format!(
+                "{asked} answered out of memory ({e}), but the plugin asked its upstream for \
+                 nothing in that call, and the memory was there: the device had {} free before \
+                 the manager existed and {} is live in {} allocation(s). Answer out of memory \
+                 only after the upstream refused the request, or a configured limit was reached",
+                Bytes(self.baseline_free),
+                Bytes(live),
+                self.buffers.len()
+            ),
+        ))
+    }
+
+    /// The device's allocation granularity (1 when the driver cannot tell).
+    pub(super) fn granule(&self) -> u64 {
+        let _h = CallerScope::enter(HARNESS);
+        self.driver
+            .mem_get_allocation_granularity(emm_core::DeviceId(0))
+            .map_or(1, |g| g.max(1) as u64)
     }
 
     fn exceeds_free(&self, bytes: usize) -> bool {
@@ -350,7 +452,10 @@ impl Sut {
             self.model.free(b.base.0, freed_on, self.step);
         }
         match self.call(|m| m.memfree_async(ptr, stream))? {
-            Ok(Ok(())) => Ok(()),
+            Ok(Ok(())) => {
+                self.coverage.lanes |= 1 << (usize::from(lane) % crate::transition::LANES);
+                Ok(())
+            }
             Ok(Err(EmmError::Unsupported { .. })) if !self.caps.stream_ordered => Ok(()),
             Ok(Err(e)) => Err(self.fail(
                 CheckId::StreamOrderedReuse,

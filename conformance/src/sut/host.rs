@@ -210,6 +210,7 @@ impl Sut {
         });
         self.model.insert_live(base.0, bytes as u64, id, None);
         self.handles.push(Handle::Managed { buffer: id, mem });
+        self.coverage.managed += 1;
         Ok(())
     }
 
@@ -250,6 +251,7 @@ impl Sut {
         };
         check_ipc_handle_addresses_same_bytes(&*self.driver, &exported, &handle)
             .map_err(|m| self.fail(C, m))?;
+        self.coverage.ipc_handles += 1;
         if let (true, Some(importer)) =
             (self.observes.second_process, self.machine.second_process())
         {
@@ -298,6 +300,9 @@ impl Sut {
         let r = self
             .call(|m| m.get_memory_info())?
             .map_err(|p| self.fail(C, format!("get_memory_info: {p}")))?;
+        if r.is_ok() {
+            self.coverage.memory_info += 1;
+        }
         check_get_memory_info_consistent(&r, self.caps.memory_info, self.device_total)
             .map_err(|m| self.fail(C, m))
     }

@@ -9,6 +9,7 @@ use emm_core::DeviceId;
 
 use super::device::Request;
 use super::{guarded, Found, Sut, HARNESS};
+use crate::assertions::check_for_breach;
 use crate::checks::CheckId;
 use crate::transition::Size;
 
@@ -37,9 +38,12 @@ impl Sut {
     /// allocation overlaps none of them.
     pub(super) fn initialize(&mut self) -> Found {
         const C: CheckId = CheckId::InitializeKeepsState;
+        // What was overwritten before `initialize()` is no fault of it.
+        self.verify_all(CheckId::WritesStayInTheirAllocation)?;
         self.call_initialize()?;
         self.verify_all(C)?;
         let bytes = Size::Pages(0).bytes(self.device_total);
+        let mark = self.mark();
         let r = self.call(|m| m.memalloc(bytes))?;
         let req = Request {
             what: "memalloc (a probe after initialize)",
@@ -47,6 +51,7 @@ impl Sut {
             bytes,
             stream: None,
             overlap: C,
+            mark,
         };
         if let Some(id) = self.allocated(&req, r)? {
             let at = self.handles.iter().rposition(|h| h.buffer() == Some(id));
@@ -55,11 +60,13 @@ impl Sut {
                 self.release(h)?;
             }
         }
-        self.verify_all(C)
+        // The probe's free is an ordinary free: what it overwrites is no fault of initialize.
+        self.verify_all(CheckId::WritesStayInTheirAllocation)
     }
 
     /// Drops every handle and guard the suite holds, each after its uses are ordered.
     pub(super) fn drop_everything(&mut self) -> Found {
+        self.check_scope_kept_chunks()?;
         while let Some(g) = self.guards.pop() {
             guarded(|| drop(g)).map_err(|p| {
                 self.fail(CheckId::DeferCleanupNests, format!("dropping a guard: {p}"))
@@ -149,6 +156,7 @@ impl Sut {
             CheckId::ResetFreesEverything,
             "after every pointer was dropped and reset() ran",
         )?;
+        self.coverage.resets += 1;
         self.check_unpinned("after its pointer was dropped and reset() ran")
     }
 
@@ -157,10 +165,41 @@ impl Sut {
             .call(|m| m.defer_cleanup())?
             .map_err(|p| self.fail(CheckId::DeferCleanupNests, format!("defer_cleanup(): {p}")))?;
         self.guards.push(g);
+        self.coverage.defer_scopes += 1;
+        self.coverage.deepest_defer = self.coverage.deepest_defer.max(self.guards.len() as u32);
         Ok(())
     }
 
+    /// While a `defer_cleanup()` scope is open the plugin must not give memory back to the
+    /// driver ("expensive cleanup operations are avoided whilst it is active"), unless the
+    /// driver refused it memory in the same operation (releasing a cache rather than failing a
+    /// request is no cleanup that could wait). Checked over the current operation.
+    pub(super) fn check_scope_kept_chunks(&self) -> Found {
+        if self.guards.is_empty() {
+            return Ok(());
+        }
+        let Some(calls) = self.defer_mark.and_then(|m| self.machine.upstream_since(m)) else {
+            return Ok(());
+        };
+        if calls.returns == 0 || calls.refused_allocations > 0 {
+            return Ok(());
+        }
+        Err(self.fail(
+            CheckId::DeferCleanupNests,
+            format!(
+                "while {} defer_cleanup() scope(s) were open, the plugin gave {} allocation(s) \
+                 back to the driver (cuMemFree/cuMemRelease) with no request refused for want \
+                 of memory; cleanup must wait until the outermost scope ends",
+                self.guards.len(),
+                calls.returns
+            ),
+        ))
+    }
+
     pub(super) fn end_defer_cleanup(&mut self) -> Found {
+        if self.guards.len() == 1 {
+            self.check_scope_kept_chunks()?;
+        }
         match self.guards.pop() {
             Some(g) => guarded(|| drop(g)).map_err(|p| {
                 self.fail(
@@ -219,6 +258,7 @@ impl Sut {
             return Ok(());
         }
         self.synchronize(C)?;
+        let mark = self.mark();
         let r = self.call(|m| m.memalloc(bytes))?;
         let retry = match r {
             Ok(Err(e)) => {
@@ -239,6 +279,7 @@ impl Sut {
             bytes,
             stream: None,
             overlap: CheckId::MemallocNeverOverlaps,
+            mark,
         };
         self.allocated(&req, retry)?;
         self.drop_everything()
@@ -310,6 +351,119 @@ impl Sut {
         let _h = CallerScope::enter(HARNESS);
         for s in self.streams.iter().skip(1) {
             let _ = self.driver.stream_destroy(*s);
+        }
+        Ok(())
+    }
+
+    /// Device memory the manager holds now: what was free before it existed less what is
+    /// free now, once all work is done.
+    fn held_now(&self, check: CheckId) -> Result<u64, super::Finding> {
+        self.synchronize(check)?;
+        let _h = CallerScope::enter(HARNESS);
+        let free = self
+            .driver
+            .mem_get_info()
+            .map_err(|e| self.harness_error(check, "cuMemGetInfo", e))?
+            .free;
+        Ok(self.baseline_free.saturating_sub(free))
+    }
+
+    /// Rounds of the same requests, freed in a rotating order, with a reset every fourth
+    /// round of the warm-up (the first quarter of the rounds, where a pool may still be
+    /// settling) and none after: what the plugin holds after a round of the second half must
+    /// never exceed the most it held after a round of the second quarter by more than one
+    /// round's requests. Growth that goes on
+    /// between resets is a leak in slow motion, whatever a reset later gives back.
+    pub(super) fn steady_state(&mut self, rounds: u16) -> Found {
+        const C: CheckId = CheckId::HeldBytesStaySteady;
+        /// The requests of a round: odd and even, small and a few MiB.
+        const ROUND: [usize; 12] = [
+            1,
+            3000,
+            4096,
+            65_537,
+            1 << 20,
+            (3 << 20) + 5,
+            256,
+            777,
+            12_345,
+            2 << 20,
+            100_001,
+            511,
+        ];
+        self.drop_everything()?;
+        self.ensure_initialized()?;
+        let rounds = usize::from(rounds.max(8));
+        let (warm, settled) = (rounds / 4, rounds / 2);
+        let mut ceiling = 0u64;
+        // What one round asks for, plus a granule: a bounded cache or a queue of deferred
+        // frees moves by up to about this much from round to round; a leak passes it.
+        let slack: u64 = ROUND.iter().map(|&b| b as u64).sum::<u64>() + self.granule();
+        let mut ptrs = Vec::with_capacity(ROUND.len());
+        for round in 0..rounds {
+            for &bytes in &ROUND {
+                match self.call(|m| m.memalloc(bytes))? {
+                    Ok(Ok(p)) => ptrs.push(p),
+                    Ok(Err(e)) => {
+                        let text = e.to_string();
+                        return Err(self.fail(
+                            check_for_breach(&text).unwrap_or(C),
+                            format!(
+                                "round {round} of {rounds}: memalloc({bytes}) failed: {text}; \
+                                 the same requests succeeded before"
+                            ),
+                        ));
+                    }
+                    Err(e) => {
+                        return Err(self.fail(
+                            C,
+                            format!(
+                                "round {round} of {rounds}: memalloc({bytes}) failed: {e}; the \
+                                 same requests succeeded before"
+                            ),
+                        ))
+                    }
+                }
+            }
+            self.coverage.requests += ROUND.len() as u64;
+            ptrs.rotate_left(round % ROUND.len());
+            let freed = guarded(|| ptrs.clear());
+            freed.map_err(|p| self.fail(CheckId::FinalizerRunsOnce, format!("freeing: {p}")))?;
+            let held = self.held_now(C)?;
+            if round >= warm && round < settled {
+                ceiling = ceiling.max(held);
+            } else if round >= settled && held > ceiling.saturating_add(slack) {
+                return Err(self.fail(
+                    C,
+                    format!(
+                        "after round {round} of {rounds} of the same {} requests, all freed, the \
+                         plugin holds {}, more than the most it held after any of rounds {warm} \
+                         to {} ({}) plus one round's requests ({}): what it holds keeps growing",
+                        ROUND.len(),
+                        Bytes(held),
+                        settled - 1,
+                        Bytes(ceiling),
+                        Bytes(slack)
+                    ),
+                ));
+            }
+            if round < warm && round % 4 == 3 {
+                match self.call(|m| m.reset())? {
+                    Ok(Ok(())) => self.coverage.resets += 1,
+                    Ok(Err(e)) => {
+                        return Err(self.fail(
+                            CheckId::ResetFreesEverything,
+                            format!("reset() in round {round} failed: {e}"),
+                        ))
+                    }
+                    Err(e) => {
+                        return Err(self.fail(
+                            CheckId::ResetFreesEverything,
+                            format!("reset() in round {round} failed: {e}"),
+                        ))
+                    }
+                }
+            }
         }
         Ok(())
     }

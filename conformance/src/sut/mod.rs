@@ -27,11 +27,15 @@ use emm_core::{ContextId, DeviceId, DevicePtr, Driver, HostPtr, StreamId};
 use crate::assertions::{check_for_seen, check_interface_version, panic_message};
 use crate::backend::{Machine, Observes};
 use crate::checks::CheckId;
+use crate::coverage::Coverage;
 use crate::model::Model;
 use crate::transition::{Op, LANES};
 
 /// The caller tag of the suite's own driver calls (never a device allocation).
 pub const HARNESS: &str = "emm-conformance";
+
+/// How a sandboxed plugin's manager names itself (`wasm:<plugin>`).
+const SANDBOXED: &str = "wasm:";
 
 /// Why a case failed: the check, the step and what went wrong.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -129,6 +133,17 @@ pub struct Sut {
     seen: usize,
     step: usize,
     op: Option<Op>,
+    /// What this case exercised so far.
+    coverage: Coverage,
+    /// The driver-call mark taken before the current operation, while a `defer_cleanup`
+    /// scope is open and the plugin promises to keep its chunks in one.
+    defer_mark: Option<u64>,
+    /// A sandboxed plugin's resource, whose statistics are checked after every operation.
+    sandbox: Option<Arc<emm_sandbox::PluginResource>>,
+    /// Whether the plugin promises to return no chunk upstream while a `defer_cleanup` scope
+    /// is open: a sandboxed plugin does (ABI v1, `emm_defer_enter`); emm's native managers
+    /// document what they defer themselves.
+    keeps_chunks_in_scope: bool,
 }
 
 /// Runs `f` at the plugin boundary: a panic becomes the message of a failure.
@@ -205,6 +220,7 @@ impl Sut {
             })
         })?;
         let caps = manager.capabilities();
+        let sandbox = crate::sandboxed::resource_for(&driver);
         Ok(Sut {
             machine,
             observes,
@@ -225,21 +241,45 @@ impl Sut {
             seen: 0,
             step: 0,
             op: None,
+            coverage: Coverage::default(),
+            defer_mark: None,
+            keeps_chunks_in_scope: name.starts_with(SANDBOXED),
+            sandbox,
         })
     }
 
     /// Applies `ops` in order, then tears the manager down; the first rule broken ends it.
-    pub fn run(mut self, ops: &[Op]) -> Option<Finding> {
+    pub fn run(self, ops: &[Op]) -> Option<Finding> {
+        self.run_covered(ops).0
+    }
+
+    /// As [`Sut::run`], with what the case exercised.
+    pub fn run_covered(mut self, ops: &[Op]) -> (Option<Finding>, Coverage) {
+        let finding = self.run_ops(ops);
+        (finding, self.coverage)
+    }
+
+    fn run_ops(&mut self, ops: &[Op]) -> Option<Finding> {
         for (step, op) in ops.iter().enumerate() {
             self.step = step;
             self.op = Some(op.clone());
-            if let Err(f) = self.apply(op).and_then(|()| self.take_seen()) {
+            self.defer_mark = if self.guards.is_empty() || !self.keeps_chunks_in_scope {
+                None
+            } else {
+                self.mark()
+            };
+            let applied = self
+                .apply(op)
+                .and_then(|()| self.check_scope_kept_chunks())
+                .and_then(|()| self.check_stats());
+            if let Err(f) = applied.and_then(|()| self.take_seen()) {
                 self.abandon();
                 return Some(f);
             }
         }
         self.step = ops.len();
         self.op = None;
+        self.defer_mark = None;
         let result = self.teardown();
         if result.is_err() {
             self.abandon();
@@ -285,6 +325,7 @@ impl Sut {
             } => self.concurrent(threads, allocs, size),
             Op::ProducerConsumer { items, size } => self.producer_consumer(items, size),
             Op::FreeAllAndRetry => self.free_all_and_retry(),
+            Op::SteadyState { rounds } => self.steady_state(rounds),
         }
     }
 
@@ -380,5 +421,61 @@ impl Sut {
             let _ = self.driver.pageable_free(p);
         }
         self.pageable.clear();
+    }
+
+    /// A sandboxed plugin's own statistics (`emm_stats`) against the host's: the bytes of
+    /// chunks it holds are the host's count, free bytes are at most those, the largest free
+    /// block at most the free bytes. Checked while the first instance runs unbroken (a
+    /// quarantined instance's chunks stay with the host, not the new one).
+    fn check_stats(&mut self) -> Found {
+        let Some(resource) = &self.sandbox else {
+            return Ok(());
+        };
+        let stats = match resource.stats() {
+            Ok(s) => s,
+            Err(e) => {
+                return Err(self.fail(CheckId::StatsAgreeWithTheHost, format!("emm_stats(): {e}")))
+            }
+        };
+        let Some([free, _blocks, largest, held]) = stats.guest else {
+            return Ok(());
+        };
+        if !stats.running || stats.breaches > 0 {
+            return Ok(());
+        }
+        self.coverage.stats_checked += 1;
+        use emm_core::units::Bytes;
+        let wrong = if held != stats.held_bytes {
+            Some(format!(
+                "says it holds {} of chunks; the host gave it {} in {} chunk(s)",
+                Bytes(held),
+                Bytes(stats.held_bytes),
+                stats.chunks
+            ))
+        } else if free > held {
+            Some(format!(
+                "says {} is free of the {} it holds",
+                Bytes(free),
+                Bytes(held)
+            ))
+        } else if largest > free {
+            Some(format!(
+                "says its largest free block is {}, more than all its free bytes ({})",
+                Bytes(largest),
+                Bytes(free)
+            ))
+        } else {
+            None
+        };
+        match wrong {
+            None => Ok(()),
+            Some(w) => Err(self.fail(
+                CheckId::StatsAgreeWithTheHost,
+                format!(
+                    "emm_stats() {w} (free {}, largest free {}, held {})",
+                    free, largest, held
+                ),
+            )),
+        }
     }
 }

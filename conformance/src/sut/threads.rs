@@ -10,6 +10,7 @@ use emm_core::contract::{EmmError, MemoryManager, MemoryPointer};
 use emm_core::{ContextId, DevicePtr, Driver, StreamId};
 
 use super::{guarded, Found, Sut, HARNESS};
+use crate::assertions::check_for_breach;
 use crate::checks::CheckId;
 use crate::transition::Size;
 
@@ -65,7 +66,10 @@ impl Sut {
         let mut all: Vec<(DevicePtr, usize, usize)> = Vec::new();
         let mut kept = Vec::new();
         for (t, g) in got.into_iter().enumerate() {
-            let g = g.map_err(|m| self.fail(C, format!("thread {t}: {m}")))?;
+            let g = g.map_err(|m| {
+                let check = check_for_breach(&m).unwrap_or(C);
+                self.fail(check, format!("thread {t}: {m}"))
+            })?;
             for (p, n, ptr) in g {
                 all.push((p, n, t));
                 kept.push(ptr);
@@ -183,7 +187,8 @@ impl Sut {
             });
             (made, join(consumer))
         });
-        made.and(used).map_err(|m| self.fail(C, m))
+        made.and(used)
+            .map_err(|m| self.fail(check_for_breach(&m).unwrap_or(C), m))
     }
 }
 

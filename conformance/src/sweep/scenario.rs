@@ -406,7 +406,7 @@ impl<'a> Harness<'a> {
                 self.drop_all();
                 Ok(())
             }
-            Op::Concurrent { .. } | Op::ProducerConsumer { .. } => Ok(()),
+            Op::Concurrent { .. } | Op::ProducerConsumer { .. } | Op::SteadyState { .. } => Ok(()),
         };
         if let Err(e) = r {
             self.failed(what, e);

@@ -156,7 +156,18 @@ impl DeviceMemoryResource for BlockResource {
             None => *st.chunk.insert(self.driver.mem_alloc(CHUNK as usize)?),
         };
         if st.bump + size > CHUNK {
-            return Err(self.oom(bytes, CHUNK - st.bump));
+            // The chunk is full: ask the driver, as for a large request (refusing without
+            // asking would be a dishonest out of memory).
+            drop(st);
+            let p = self.driver.mem_alloc(bytes).map_err(|e| {
+                if e.is_out_of_memory() {
+                    self.oom(bytes, 0)
+                } else {
+                    e.into()
+                }
+            })?;
+            self.lock().large.insert(p.0, size);
+            return Ok(p);
         }
         let p = base.offset(st.bump);
         st.bump += if self.flaw == Flaw::HalfStride {

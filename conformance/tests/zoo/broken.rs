@@ -1,13 +1,13 @@
 //! [`Bug`] and [`Broken`]: a correct manager with one thing broken, one bug class of the
 //! issue each, and [`ZooFactory`], which makes them.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use emm_core::contract::{
-    Capabilities, DeferCleanupGuard, EmmResult, Finalizer, HostMemory, IpcHandle, ManagedMemory,
-    ManagerFactory, ManagerTarget, MemoryInfo, MemoryManager, MemoryPointer, PinOwner,
-    INTERFACE_VERSION,
+    Capabilities, DeferCleanupGuard, EmmError, EmmResult, Finalizer, HostMemory, IpcHandle,
+    ManagedMemory, ManagerFactory, ManagerTarget, MemoryInfo, MemoryManager, MemoryPointer,
+    PinOwner, INTERFACE_VERSION,
 };
 use emm_core::managers::{DefaultManager, HostOnlyManager};
 use emm_core::{ContextId, DevicePtr, Driver, HostPtr, StreamId};
@@ -32,11 +32,14 @@ pub enum Bug {
     PointerOutsideDeviceMemory,
     WriteAfterFreeThroughRecycledBlock,
     AllocationBehindTheManagersBack,
+    /// Answers out of memory for a request over 1 MiB while it has anything live, without
+    /// asking the driver (a retry after every allocation is dropped succeeds).
+    OutOfMemoryWithoutAsking,
 }
 
 impl Bug {
     /// Every bug class, in the issue's order.
-    pub const ALL: [Bug; 13] = [
+    pub const ALL: [Bug; 14] = [
         Bug::OverlappingAllocations,
         Bug::MisalignedPointers,
         Bug::LeakAtReset,
@@ -50,6 +53,7 @@ impl Bug {
         Bug::PointerOutsideDeviceMemory,
         Bug::WriteAfterFreeThroughRecycledBlock,
         Bug::AllocationBehindTheManagersBack,
+        Bug::OutOfMemoryWithoutAsking,
     ];
 
     /// Whether the bug lives in a [`BlockResource`] under a `HostOnlyManager`, rather than in
@@ -98,6 +102,7 @@ impl ManagerFactory for ZooFactory {
             blocks,
             initialized: AtomicBool::new(false),
             scratch: Mutex::new(None),
+            live: Arc::new(AtomicUsize::new(0)),
         }))
     }
 }
@@ -111,6 +116,8 @@ pub struct Broken {
     blocks: Option<Arc<BlockResource>>,
     initialized: AtomicBool,
     scratch: Mutex<Option<DevicePtr>>,
+    /// Pointers handed out and not yet finalized (for the bug that depends on it).
+    live: Arc<AtomicUsize>,
 }
 
 impl Broken {
@@ -178,6 +185,22 @@ impl MemoryManager for Broken {
                 }
                 drop(s);
                 self.inner.memalloc(size)
+            }
+            Bug::OutOfMemoryWithoutAsking => {
+                if size > 1 << 20 && self.live.load(Ordering::SeqCst) > 0 {
+                    return Err(EmmError::OutOfMemory {
+                        manager: "Broken".into(),
+                        requested: size as u64,
+                        available: None,
+                    });
+                }
+                let p = self.inner.memalloc(size)?;
+                let (at, live) = (p.device_ptr(), Arc::clone(&self.live));
+                live.fetch_add(1, Ordering::SeqCst);
+                let done = Box::new(move || {
+                    live.fetch_sub(1, Ordering::SeqCst);
+                });
+                Ok(self.wrap(at, size, p, Some(done)))
             }
             _ => self.inner.memalloc(size),
         }

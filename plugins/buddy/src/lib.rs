@@ -1,7 +1,7 @@
 //! `buddy`: a binary buddy allocator. Blocks are 256 B × 2^order; a chunk is one block of its
 //! order. A request larger than `chunk_bytes` gets a chunk of its own of exactly its size
 //! (rounded to 256 B, not to a power of two, so a large request never needs up to twice its
-//! size), given back when it is freed. A request takes the lowest free block of the smallest order that fits and splits
+//! size), given back when it is freed (at the end of a `defer_cleanup` scope when one is open). A request takes the lowest free block of the smallest order that fits and splits
 //! it; a free merges with its buddy while the buddy is free. Empty chunks are kept until
 //! `trim`/`reset`, or until the upstream runs out outside a `defer_cleanup` scope.
 //!
@@ -51,6 +51,9 @@ pub struct Buddy {
     chunks: BTreeMap<u32, usize>,
     /// Chunks of one large request each: handle → bytes.
     large: BTreeMap<u32, u64>,
+    /// Large requests' chunks freed while a `defer_cleanup` scope was open: returned when the
+    /// outermost scope ends (or by a trim).
+    idle_large: Vec<(u32, u64)>,
     free_bytes: u64,
     held_bytes: u64,
     deferring: u32,
@@ -64,10 +67,20 @@ impl Buddy {
             free: (0..ORDERS).map(|_| BTreeSet::new()).collect(),
             chunks: BTreeMap::new(),
             large: BTreeMap::new(),
+            idle_large: Vec::new(),
             free_bytes: 0,
             held_bytes: 0,
             deferring: 0,
         })
+    }
+
+    /// Returns the large chunks freed while a scope was open.
+    fn release_idle_large<U: Upstream>(&mut self, up: &mut U) -> Result<(), Error> {
+        while let Some((handle, bytes)) = self.idle_large.pop() {
+            up.free_chunk(handle)?;
+            self.held_bytes -= bytes;
+        }
+        Ok(())
     }
 
     /// The lowest free block of order `order`, splitting a larger one if needed.
@@ -166,8 +179,12 @@ impl Policy for Buddy {
             if answer.offset != 0 || size.div_ceil(GRANULE) * GRANULE != bytes {
                 return Err(Error::UnknownAllocation);
             }
-            up.free_chunk(answer.chunk)?;
             self.large.remove(&answer.chunk);
+            if self.deferring > 0 {
+                self.idle_large.push((answer.chunk, bytes));
+                return Ok(());
+            }
+            up.free_chunk(answer.chunk)?;
             self.held_bytes -= bytes;
             return Ok(());
         }
@@ -200,6 +217,7 @@ impl Policy for Buddy {
     }
 
     fn trim<U: Upstream>(&mut self, up: &mut U, keep: u64) -> Result<(), Error> {
+        self.release_idle_large(up)?;
         let empty: Vec<(u32, usize)> = self
             .chunks
             .iter()
@@ -250,9 +268,12 @@ impl Policy for Buddy {
         self.deferring += 1;
     }
 
-    fn defer_exit<U: Upstream>(&mut self, _up: &mut U) -> Result<(), Error> {
+    fn defer_exit<U: Upstream>(&mut self, up: &mut U) -> Result<(), Error> {
         self.deferring = self.deferring.saturating_sub(1);
-        Ok(())
+        if self.deferring > 0 {
+            return Ok(());
+        }
+        self.release_idle_large(up)
     }
 }
 

@@ -1,7 +1,7 @@
 //! `slab`: a size-class (slab) allocator. Requests up to 1 MiB round up to a power-of-two
 //! class (256 B … 1 MiB); each class carves slabs (one chunk each) into equal slots and keeps a
 //! stack of free slots per slab. Larger requests get a chunk of their own, returned at once on
-//! free. Each class keeps one empty slab; more go back upstream unless a `defer_cleanup`
+//! free (at the end of a `defer_cleanup` scope when one is open). Each class keeps one empty slab; more go back upstream unless a `defer_cleanup`
 //! scope is open (then they go at its end).
 //!
 //! Config: `slab_bytes` (default 2 MiB; a slab holds at least 16 slots).
@@ -41,6 +41,11 @@ enum Use {
         capacity: u32,
     },
     Large {
+        size: u64,
+    },
+    /// A large request's chunk, freed while a `defer_cleanup` scope was open: held until the
+    /// scope ends (or a trim).
+    IdleLarge {
         size: u64,
     },
 }
@@ -163,6 +168,23 @@ impl Slab {
     }
 
     /// Empty slabs (of `class`, or of every class).
+    /// Returns the large chunks freed while a scope was open.
+    fn release_idle_large<U: Upstream>(&mut self, up: &mut U) -> Result<(), Error> {
+        let idle: Vec<(u32, u64)> = self
+            .chunks
+            .iter()
+            .enumerate()
+            .filter_map(|(i, u)| match u {
+                Use::IdleLarge { size } => Some((i as u32 + 1, *size)),
+                _ => None,
+            })
+            .collect();
+        for (handle, size) in idle {
+            self.release(up, handle, size)?;
+        }
+        Ok(())
+    }
+
     fn empty_slabs(&self, class: Option<usize>) -> Vec<(u32, u64)> {
         self.chunks
             .iter()
@@ -213,6 +235,11 @@ impl Policy for Slab {
     ) -> Result<(), Error> {
         let deferring = self.deferring;
         match slot_of(&mut self.chunks, answer.chunk) {
+            Some(Use::Large { size }) if deferring > 0 => {
+                let size = *size;
+                self.set(answer.chunk, Use::IdleLarge { size });
+                Ok(())
+            }
             Some(Use::Large { size }) => {
                 let size = *size;
                 self.release(up, answer.chunk, size)
@@ -244,6 +271,7 @@ impl Policy for Slab {
     }
 
     fn trim<U: Upstream>(&mut self, up: &mut U, keep: u64) -> Result<(), Error> {
+        self.release_idle_large(up)?;
         let empty = self.empty_slabs(None);
         let mut empty_bytes: u64 = empty.iter().map(|(_, s)| s).sum();
         for (handle, size) in empty {
@@ -268,10 +296,18 @@ impl Policy for Slab {
                     _ => 0,
                 })
                 .sum(),
-            largest_free: (0..CLASSES)
-                .rev()
-                .find(|&c| !self.partial[c].is_empty())
-                .map_or(0, class_bytes),
+            // From the slabs themselves: the partial lists may name full slabs.
+            largest_free: self
+                .chunks
+                .iter()
+                .filter_map(|u| match u {
+                    Use::Slab { class, slots, .. } if !slots.is_empty() => {
+                        Some(class_bytes(*class))
+                    }
+                    _ => None,
+                })
+                .max()
+                .unwrap_or(0),
             held_bytes: self.held_bytes,
         }
     }
@@ -285,7 +321,8 @@ impl Policy for Slab {
         if self.deferring > 0 {
             return Ok(());
         }
-        // Return what the scope held back: all but one empty slab per class.
+        // Return what the scope held back: large chunks, and all but one empty slab per class.
+        self.release_idle_large(up)?;
         for class in 0..CLASSES {
             for (handle, size) in self.empty_slabs(Some(class)).into_iter().skip(1) {
                 self.free_bytes -= size;

@@ -1,0 +1,60 @@
+//! [`WasmBug`]: sandboxed policies for the zoo, one WAT module (`wasm/passthrough.wat`) whose
+//! `$bug` global picks one thing done wrong, loaded through the sandbox as `emm check` loads a
+//! `.wasm` plugin.
+
+use std::sync::Arc;
+
+use emm_conformance::sandboxed::Sandboxed;
+use emm_sandbox::{PluginFactory, PluginLimits, PluginModule};
+
+const PASSTHROUGH: &str = include_str!("wasm/passthrough.wat");
+
+/// One bug of the pass-through policy, or none (its number is the WAT's `$bug`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WasmBug {
+    /// The control: it must pass everything.
+    None = 0,
+    /// Gives chunks back at once inside `defer_cleanup` scopes.
+    IgnoresDeferScopes = 1,
+    /// Counts scopes as a flag: the first scope to end ends them all.
+    DeferScopesAsAFlag = 2,
+    /// Answers out of memory for a request over 1 MiB while anything is live, without asking.
+    OutOfMemoryWithoutAsking = 3,
+    /// Answers odd sizes 8 bytes into a chunk (misaligned).
+    MisalignedOddSizes = 4,
+    /// Every fifth answer repeats the last live one (overlap).
+    RepeatsAnAnswer = 5,
+    /// Keeps the chunk of every freed 1 MiB request until a reset (held bytes creep).
+    KeepsChunksUntilReset = 6,
+    /// Its statistics leave out the chunks it keeps for the end of a scope.
+    StatsMissKeptChunks = 7,
+}
+
+impl WasmBug {
+    /// Every bug, the control excluded.
+    pub const ALL: [WasmBug; 7] = [
+        WasmBug::IgnoresDeferScopes,
+        WasmBug::DeferScopesAsAFlag,
+        WasmBug::OutOfMemoryWithoutAsking,
+        WasmBug::MisalignedOddSizes,
+        WasmBug::RepeatsAnAnswer,
+        WasmBug::KeepsChunksUntilReset,
+        WasmBug::StatsMissKeptChunks,
+    ];
+
+    /// The module with this bug, assembled from its text.
+    pub fn wasm(self) -> Vec<u8> {
+        let text = PASSTHROUGH.replace("(i32.const BUG)", &format!("(i32.const {})", self as i32));
+        wat::parse_str(text).unwrap_or_else(|e| panic!("the zoo's WAT does not assemble: {e}"))
+    }
+
+    /// A sandbox factory for the policy with this bug, under the default limits, whose
+    /// statistics the suite reads (as `emm check` loads a `.wasm` file).
+    pub fn factory(self) -> Sandboxed {
+        let name = format!("zoo-{self:?}");
+        let module =
+            PluginModule::from_bytes(&name, &self.wasm(), PluginLimits::default(), Vec::new())
+                .unwrap_or_else(|e| panic!("the zoo's WAT does not load: {e}"));
+        Sandboxed(PluginFactory::new(Arc::new(module)))
+    }
+}
