@@ -4,7 +4,7 @@
 //! GPU does. Small depths (4x8) and a matching minimum keep it to seconds.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Once};
 
 use emm_conformance::cli::{self, EXIT_FAIL, EXIT_PASS};
 use emm_conformance::{check, Config, SimBackend};
@@ -16,17 +16,36 @@ use emm_sandbox::{load_plugin, PluginLimits};
 const MIN: Depth = Depth::new(4, 8);
 
 fn emm(args: &str) -> i32 {
+    key_of_this_process();
     cli::main(args.split_whitespace().map(String::from).collect())
 }
 
-/// A fresh folder for test `name`.
+/// The gate's key for this test process, in a temporary folder rather than the user's
+/// (`EMM_GATE_KEY`; every test sets the same value, once, before anything reads it).
+fn key_of_this_process() {
+    static KEY: Once = Once::new();
+    KEY.call_once(|| {
+        let key =
+            std::env::temp_dir().join(format!("emm-conformance-gate-{}.key", std::process::id()));
+        let _ = std::fs::remove_file(&key);
+        std::env::set_var(emm_sandbox::gate::KEY_VAR, key);
+    });
+}
+
+/// A fresh folder for test `name`, writable by its owner only.
 fn folder(name: &str) -> PathBuf {
+    key_of_this_process();
     let dir = std::env::temp_dir().join(format!(
         "emm-conformance-gate-{}-{name}",
         std::process::id()
     ));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
     dir
 }
 
@@ -51,8 +70,13 @@ fn bump_allocator(dir: &Path) -> PathBuf {
         .replace("VERSION", "1")
         .replace("INIT_STATUS", "0")
         .replace("FREE_STATUS", "0");
-    let path = dir.join("bump.wasm");
-    std::fs::write(&path, wat).unwrap();
+    wasm_file(dir, "bump", &wat)
+}
+
+/// The WAT text `wat` compiled into `dir/name.wasm`.
+fn wasm_file(dir: &Path, name: &str, wat: &str) -> PathBuf {
+    let path = dir.join(format!("{name}.wasm"));
+    std::fs::write(&path, emm_sandbox::module::wat_to_wasm(wat).unwrap()).unwrap();
     path
 }
 

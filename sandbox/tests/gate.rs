@@ -13,19 +13,26 @@ use emm_core::contract::{ManagerFactory, ManagerTarget, MemoryManager};
 use emm_core::{DeviceId, Driver};
 use emm_sandbox::abi::ABI_VERSION;
 use emm_sandbox::gate::{
-    utc_date, Admission, CheckVerdict, ContentHash, Depth, GateError, GateMode, GatePolicy,
-    Subject, VerdictRecord, VerdictStore, RECORD_FORMAT,
+    utc_date, Admission, CheckVerdict, ContentHash, Depth, GateError, GateKey, GateMode,
+    GatePolicy, Settings, Subject, VerdictRecord, VerdictStore, RECORD_FORMAT,
 };
 use emm_sandbox::{PluginFactory, PluginLimits, PluginModule, SandboxError};
 use emm_sim::{SimConfig, SimDriver};
 
 const MIN: Depth = Depth::new(4, 8);
 
-/// An empty store of its own for test `name`.
+/// An empty store of its own for test `name`, with a key of its own beside it.
 fn store(name: &str) -> VerdictStore {
     let dir = std::env::temp_dir().join(format!("emm-gate-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    VerdictStore::new(dir)
+    let key = dir.with_extension("key");
+    let _ = std::fs::remove_file(&key);
+    VerdictStore::new(dir).key_file(key)
+}
+
+/// The key of store `s` (made on first use).
+fn key_of(s: &VerdictStore) -> GateKey {
+    GateKey::load_or_create(&s.key_path().unwrap()).unwrap()
 }
 
 fn policy(store: &VerdictStore, mode: GateMode) -> GatePolicy {
@@ -63,11 +70,13 @@ fn first_fit(policy: GatePolicy) -> PluginFactory {
     PluginFactory::new(Arc::clone(m)).with_gate(policy)
 }
 
-/// A sealed record of the plugin hashing to `hash`.
+/// A record of the plugin hashing to `hash`, checked with no config and the default limits
+/// (the store authenticates it when it saves it).
 fn record(hash: ContentHash, depth: Depth, passed: bool) -> VerdictRecord {
     VerdictRecord {
         format: RECORD_FORMAT,
         subject: Subject::wasm(hash),
+        settings: Some(Settings::of(b"", &PluginLimits::default())),
         plugin: "first_fit.wasm".into(),
         abi_version: ABI_VERSION,
         suite: "emm-conformance test".into(),
@@ -83,9 +92,8 @@ fn record(hash: ContentHash, depth: Depth, passed: bool) -> VerdictRecord {
             skipped: false,
             failure: (!passed).then(|| "two live allocations overlap".into()),
         }],
-        checksum: String::new(),
+        mac: String::new(),
     }
-    .sealed()
 }
 
 fn hash_of(path: &Path) -> ContentHash {
@@ -190,7 +198,6 @@ fn a_failed_plugin_is_refused_even_by_the_quiet_override() {
         .unwrap();
     let mut failing = record(hash_of(&path), MIN, false);
     failing.seed = 31;
-    let failing = failing.sealed();
     let at = s.save(&failing).unwrap();
     for mode in [GateMode::Enforce, GateMode::Warn] {
         let e = refusal(&first_fit(policy(&s, mode)));
@@ -265,7 +272,7 @@ fn a_record_edited_by_hand_is_refused() {
     match &e {
         GateError::Tampered { record, reason, .. } => {
             assert_eq!(record, &at);
-            assert!(reason.contains("does not match"), "{reason}");
+            assert!(reason.contains("does not authenticate"), "{reason}");
         }
         other => panic!("{other:?}"),
     }
@@ -280,7 +287,7 @@ fn a_record_edited_by_hand_is_refused() {
     std::fs::remove_file(&at).unwrap();
 
     // The hash edited: another plugin's passing record, moved to this plugin's folder.
-    let other = record(ContentHash::of(b"another plugin"), MIN, true);
+    let other = record(ContentHash::of(b"another plugin"), MIN, true).sealed(&key_of(&s));
     let moved = s.path_of(&record(hash, MIN, true));
     std::fs::create_dir_all(moved.parent().unwrap()).unwrap();
     std::fs::write(
@@ -300,7 +307,8 @@ fn a_record_edited_by_hand_is_refused() {
         other => panic!("{other:?}"),
     }
     // The depth edited, and a record that is not JSON.
-    std::fs::write(&moved, record(hash, Depth::new(1, 1), true).to_json()).unwrap();
+    let shallow = record(hash, Depth::new(1, 1), true).sealed(&key_of(&s));
+    std::fs::write(&moved, shallow.to_json()).unwrap();
     edit(&moved, |t| t.replacen("\"cases\": 1", "\"cases\": 4096", 1));
     assert!(matches!(
         refusal(&first_fit(policy(&s, GateMode::Enforce))),

@@ -217,7 +217,7 @@ fn a_plugin_that_refuses_a_free_it_owes_is_quarantined_and_loses_nothing() {
 }
 
 fn load_error(name: &str, wat: &str) -> SandboxError {
-    PluginModule::from_bytes(name, wat.as_bytes(), fuel_only(), Vec::new()).expect_err(name)
+    PluginModule::from_wat(name, wat, fuel_only(), Vec::new()).expect_err(name)
 }
 
 #[test]
@@ -290,6 +290,9 @@ fn missing_exports_wrong_types_and_foreign_imports_are_refused_at_load() {
     );
     let e = load_error("junk", "this is not wasm");
     assert!(matches!(e, SandboxError::Compile { .. }), "{e}");
+    let e = PluginModule::from_bytes("junk", b"this is not wasm", fuel_only(), Vec::new())
+        .expect_err("junk");
+    assert!(matches!(e, SandboxError::NotWasm { .. }), "{e}");
 }
 
 /// A 50 MB module: refused before anything is compiled, from bytes and from a file.
