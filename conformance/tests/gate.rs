@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Once};
 
-use emm_conformance::cli::{self, EXIT_FAIL, EXIT_PASS};
+use emm_conformance::cli::{self, EXIT_CANNOT_RUN, EXIT_FAIL, EXIT_PASS};
 use emm_conformance::{check, Config, SimBackend};
 use emm_sandbox::gate::{
     ContentHash, Depth, GateMode, GatePolicy, Subject, VerdictRecord, VerdictStore,
@@ -219,4 +219,99 @@ fn built_in_managers_are_recorded_by_name_and_version_and_no_verdict_records_not
     );
     assert_eq!(emm(&args), EXIT_PASS);
     assert_eq!(std::fs::read_dir(&quiet).unwrap().count(), 0);
+}
+
+// ---- The gate's holes (issue 37) ----
+
+/// `--cases` and `--ops` are bounded (a usage error, exit 2, past the bound; no overflow, no
+/// run of nothing recorded as a pass); the recorded depth is the number of cases that ran.
+#[test]
+fn cases_and_ops_are_bounded_and_the_recorded_depth_is_what_ran() {
+    let dir = folder("bounds");
+    let path = example("first_fit");
+    for flags in [
+        "--cases 18446744073709551608",
+        "--cases 0",
+        "--cases 1000001",
+        "--cases -1",
+        "--ops 4294967295",
+        "--ops 0",
+        "--ops 10001",
+    ] {
+        let args = format!(
+            "check {} {flags} --seed 3 --no-regressions --json --verdicts {}",
+            path.display(),
+            dir.display()
+        );
+        assert_eq!(emm(&args), EXIT_CANNOT_RUN, "{flags}");
+    }
+    assert_eq!(
+        std::fs::read_dir(&dir).unwrap().count(),
+        0,
+        "nothing recorded"
+    );
+    let args = format!(
+        "check {} --cases 3 --ops 4 --seed 3 --no-regressions --json --verdicts {}",
+        path.display(),
+        dir.display()
+    );
+    assert_eq!(emm(&args), EXIT_PASS);
+    let r = only_record(&dir, &path);
+    assert_eq!((r.depth, r.passed), (Depth::new(3, 4), true));
+}
+
+/// A rerun at the same depth and seed that passes (as a nondeterministic failure's rerun
+/// may) keeps the failing record: the counterexample is not erased, and the gate refuses.
+#[test]
+fn a_rerun_that_passes_keeps_the_failing_record() {
+    let dir = folder("rerun");
+    let path = example("first_fit");
+    let hash = ContentHash::of(&std::fs::read(&path).unwrap());
+    let module = load_plugin(&path, PluginLimits::default()).unwrap();
+    let failing = VerdictRecord {
+        format: emm_sandbox::gate::RECORD_FORMAT,
+        subject: Subject::wasm(hash),
+        settings: Some(module.module().settings()),
+        plugin: path.display().to_string(),
+        abi_version: emm_sandbox::abi::ABI_VERSION,
+        suite: emm_conformance::verdict::SUITE.to_string(),
+        backend: "sim".into(),
+        depth: MIN,
+        seed: 3,
+        date: emm_sandbox::gate::utc_date(std::time::SystemTime::now()),
+        passed: false,
+        error: None,
+        checks: vec![emm_sandbox::gate::CheckVerdict {
+            name: "memalloc_never_overlaps".into(),
+            passed: false,
+            skipped: false,
+            failure: Some("two live allocations overlap (once in a while)".into()),
+        }],
+        mac: String::new(),
+    };
+    let at = VerdictStore::new(&dir).save(&failing).unwrap();
+    let before = std::fs::read(&at).unwrap();
+    assert_eq!(emm_check(&path, &dir), EXIT_PASS, "the rerun passes");
+    assert_eq!(
+        std::fs::read(&at).unwrap(),
+        before,
+        "the failing record is intact"
+    );
+    let e = on_hardware(&path, &dir, GateMode::Enforce).error;
+    assert!(
+        e.as_deref()
+            .is_some_and(|e| e.contains("FAILED the EMM contract")),
+        "{e:?}"
+    );
+}
+
+/// A text file named `.wasm` cannot be loaded: exit 2, and nothing is recorded.
+#[test]
+fn a_text_file_named_wasm_cannot_be_loaded() {
+    let dir = folder("text");
+    let path = dir.join("text.wasm");
+    std::fs::write(&path, "(module)").unwrap();
+    let store = dir.join("verdicts");
+    assert_eq!(emm_check(&path, &store), EXIT_CANNOT_RUN);
+    assert!(!store.exists());
 }

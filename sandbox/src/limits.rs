@@ -29,12 +29,15 @@ pub const DEFAULT_POOLED_INSTANCES: u32 = 32;
 pub const DEFAULT_MAX_CHUNKS: u32 = 16_384;
 /// Default most functions a module may define.
 pub const DEFAULT_MAX_FUNCTIONS: u32 = 10_000;
-/// Default most bytes of code of one function body.
-pub const DEFAULT_MAX_FUNCTION_BYTES: usize = 512 << 10;
-/// Default most bytes of code of all function bodies together.
-pub const DEFAULT_MAX_CODE_BYTES: usize = 4 << 20;
-/// Default most locals one function may declare (parameters not counted).
-pub const DEFAULT_MAX_LOCALS: u32 = 10_000;
+/// Default most bytes of code of one function body. Compile time grows with the square of a
+/// body's blocks (a 128 KiB body of loops took 40 s in a debug build); the example plugins'
+/// largest body is 5.5 KiB.
+pub const DEFAULT_MAX_FUNCTION_BYTES: usize = 64 << 10;
+/// Default most bytes of code of all function bodies together (the examples have 22–47 KiB).
+pub const DEFAULT_MAX_CODE_BYTES: usize = 1 << 20;
+/// Default most locals one function may declare, parameters not counted (the examples' most
+/// is 23; compile time grows with locals times blocks).
+pub const DEFAULT_MAX_LOCALS: u32 = 1_000;
 /// Default wall-clock time compiling a module may take.
 pub const DEFAULT_COMPILE_DEADLINE: Duration = Duration::from_secs(30);
 /// Default most log lines one call keeps (later ones in the same call are dropped).
@@ -202,7 +205,7 @@ impl PluginLimits {
 
     /// The most bytes of code one function body may have; checked before compiling.
     ///
-    /// Default: `DEFAULT_MAX_FUNCTION_BYTES` (512 KiB).
+    /// Default: `DEFAULT_MAX_FUNCTION_BYTES` (64 KiB).
     pub fn max_function_bytes(mut self, bytes: usize) -> Self {
         self.max_function_bytes = bytes;
         self
@@ -211,7 +214,7 @@ impl PluginLimits {
     /// The most bytes of code all function bodies together may have; checked before
     /// compiling. With the other budgets it bounds how long compiling takes.
     ///
-    /// Default: `DEFAULT_MAX_CODE_BYTES` (4 MiB).
+    /// Default: `DEFAULT_MAX_CODE_BYTES` (1 MiB).
     pub fn max_code_bytes(mut self, bytes: usize) -> Self {
         self.max_code_bytes = bytes;
         self
@@ -220,7 +223,7 @@ impl PluginLimits {
     /// The most locals one function may declare (its parameters not counted); checked
     /// before compiling.
     ///
-    /// Default: `DEFAULT_MAX_LOCALS` (10 000).
+    /// Default: `DEFAULT_MAX_LOCALS` (1 000).
     pub fn max_locals(mut self, locals: u32) -> Self {
         self.max_locals = locals;
         self
