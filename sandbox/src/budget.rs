@@ -22,14 +22,14 @@ pub(crate) fn check(bytes: &[u8], limits: &PluginLimits) -> Result<(), OverBudge
     let mut functions: u64 = 0;
     for payload in Parser::new(0).parse_all(bytes) {
         match payload.map_err(invalid)? {
-            Payload::Version { encoding, .. } => {
-                if encoding != wasmtime::wasmparser::Encoding::Module {
-                    return Err(OverBudget::Refused(
-                        "it is a component, not a core module; ABI v1 plugins are core \
-                         modules (build for wasm32-unknown-unknown)"
-                            .to_string(),
-                    ));
-                }
+            Payload::Version { encoding, .. }
+                if encoding != wasmtime::wasmparser::Encoding::Module =>
+            {
+                return Err(OverBudget::Refused(
+                    "it is a component, not a core module; ABI v1 plugins are core modules \
+                     (build for wasm32-unknown-unknown)"
+                        .to_string(),
+                ));
             }
             Payload::FunctionSection(r) => {
                 functions = functions.saturating_add(u64::from(r.count()));
