@@ -4,9 +4,9 @@
 //! GPU does. Small depths (4x8) and a matching minimum keep it to seconds.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Once};
 
-use emm_conformance::cli::{self, EXIT_FAIL, EXIT_PASS};
+use emm_conformance::cli::{self, EXIT_CANNOT_RUN, EXIT_FAIL, EXIT_PASS};
 use emm_conformance::{check, Config, SimBackend};
 use emm_sandbox::gate::{
     ContentHash, Depth, GateMode, GatePolicy, Subject, VerdictRecord, VerdictStore,
@@ -16,17 +16,36 @@ use emm_sandbox::{load_plugin, PluginLimits};
 const MIN: Depth = Depth::new(4, 8);
 
 fn emm(args: &str) -> i32 {
+    key_of_this_process();
     cli::main(args.split_whitespace().map(String::from).collect())
 }
 
-/// A fresh folder for test `name`.
+/// The gate's key for this test process, in a temporary folder rather than the user's
+/// (`EMM_GATE_KEY`; every test sets the same value, once, before anything reads it).
+fn key_of_this_process() {
+    static KEY: Once = Once::new();
+    KEY.call_once(|| {
+        let key =
+            std::env::temp_dir().join(format!("emm-conformance-gate-{}.key", std::process::id()));
+        let _ = std::fs::remove_file(&key);
+        std::env::set_var(emm_sandbox::gate::KEY_VAR, key);
+    });
+}
+
+/// A fresh folder for test `name`, writable by its owner only.
 fn folder(name: &str) -> PathBuf {
+    key_of_this_process();
     let dir = std::env::temp_dir().join(format!(
         "emm-conformance-gate-{}-{name}",
         std::process::id()
     ));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
     dir
 }
 
@@ -51,8 +70,13 @@ fn bump_allocator(dir: &Path) -> PathBuf {
         .replace("VERSION", "1")
         .replace("INIT_STATUS", "0")
         .replace("FREE_STATUS", "0");
-    let path = dir.join("bump.wasm");
-    std::fs::write(&path, wat).unwrap();
+    wasm_file(dir, "bump", &wat)
+}
+
+/// The WAT text `wat` compiled into `dir/name.wasm`.
+fn wasm_file(dir: &Path, name: &str, wat: &str) -> PathBuf {
+    let path = dir.join(format!("{name}.wasm"));
+    std::fs::write(&path, emm_sandbox::module::wat_to_wasm(wat).unwrap()).unwrap();
     path
 }
 
@@ -200,4 +224,99 @@ fn built_in_managers_are_recorded_by_name_and_version_and_no_verdict_records_not
     );
     assert_eq!(emm(&args), EXIT_PASS);
     assert_eq!(std::fs::read_dir(&quiet).unwrap().count(), 0);
+}
+
+// ---- The gate's holes (issue 37) ----
+
+/// `--cases` and `--ops` are bounded (a usage error, exit 2, past the bound; no overflow, no
+/// run of nothing recorded as a pass); the recorded depth is the number of cases that ran.
+#[test]
+fn cases_and_ops_are_bounded_and_the_recorded_depth_is_what_ran() {
+    let dir = folder("bounds");
+    let path = example("first_fit");
+    for flags in [
+        "--cases 18446744073709551608",
+        "--cases 0",
+        "--cases 1000001",
+        "--cases -1",
+        "--ops 4294967295",
+        "--ops 0",
+        "--ops 10001",
+    ] {
+        let args = format!(
+            "check {} {flags} --seed 3 --no-regressions --json --verdicts {}",
+            path.display(),
+            dir.display()
+        );
+        assert_eq!(emm(&args), EXIT_CANNOT_RUN, "{flags}");
+    }
+    assert_eq!(
+        std::fs::read_dir(&dir).unwrap().count(),
+        0,
+        "nothing recorded"
+    );
+    let args = format!(
+        "check {} --cases 3 --ops 4 --seed 3 --no-regressions --json --verdicts {}",
+        path.display(),
+        dir.display()
+    );
+    assert_eq!(emm(&args), EXIT_PASS);
+    let r = only_record(&dir, &path);
+    assert_eq!((r.depth, r.passed), (Depth::new(3, 4), true));
+}
+
+/// A rerun at the same depth and seed that passes (as a nondeterministic failure's rerun
+/// may) keeps the failing record: the counterexample is not erased, and the gate refuses.
+#[test]
+fn a_rerun_that_passes_keeps_the_failing_record() {
+    let dir = folder("rerun");
+    let path = example("first_fit");
+    let hash = ContentHash::of(&std::fs::read(&path).unwrap());
+    let module = load_plugin(&path, PluginLimits::default()).unwrap();
+    let failing = VerdictRecord {
+        format: emm_sandbox::gate::RECORD_FORMAT,
+        subject: Subject::wasm(hash),
+        settings: Some(module.module().settings()),
+        plugin: path.display().to_string(),
+        abi_version: emm_sandbox::abi::ABI_VERSION,
+        suite: emm_conformance::verdict::SUITE.to_string(),
+        backend: "sim".into(),
+        depth: MIN,
+        seed: 3,
+        date: emm_sandbox::gate::utc_date(std::time::SystemTime::now()),
+        passed: false,
+        error: None,
+        checks: vec![emm_sandbox::gate::CheckVerdict {
+            name: "memalloc_never_overlaps".into(),
+            passed: false,
+            skipped: false,
+            failure: Some("two live allocations overlap (once in a while)".into()),
+        }],
+        mac: String::new(),
+    };
+    let at = VerdictStore::new(&dir).save(&failing).unwrap();
+    let before = std::fs::read(&at).unwrap();
+    assert_eq!(emm_check(&path, &dir), EXIT_PASS, "the rerun passes");
+    assert_eq!(
+        std::fs::read(&at).unwrap(),
+        before,
+        "the failing record is intact"
+    );
+    let e = on_hardware(&path, &dir, GateMode::Enforce).error;
+    assert!(
+        e.as_deref()
+            .is_some_and(|e| e.contains("FAILED the EMM contract")),
+        "{e:?}"
+    );
+}
+
+/// A text file named `.wasm` cannot be loaded: exit 2, and nothing is recorded.
+#[test]
+fn a_text_file_named_wasm_cannot_be_loaded() {
+    let dir = folder("text");
+    let path = dir.join("text.wasm");
+    std::fs::write(&path, "(module)").unwrap();
+    let store = dir.join("verdicts");
+    assert_eq!(emm_check(&path, &store), EXIT_CANNOT_RUN);
+    assert!(!store.exists());
 }

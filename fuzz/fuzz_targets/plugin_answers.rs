@@ -86,7 +86,7 @@ fn limits() -> PluginLimits {
 fn precompiled() -> &'static [u8] {
     static BYTES: OnceLock<Vec<u8>> = OnceLock::new();
     BYTES.get_or_init(|| {
-        PluginModule::from_bytes("scripted", GUEST.as_bytes(), limits(), Vec::new())
+        PluginModule::from_wat("scripted", GUEST, limits(), Vec::new())
             .and_then(|m| m.precompiled())
             .unwrap_or_else(|e| panic!("the scripted guest must load: {e}"))
     })

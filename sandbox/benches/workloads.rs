@@ -310,9 +310,9 @@ fn main() {
         .replace("VERSION", "1")
         .replace("INIT_STATUS", "0")
         .replace("FREE_STATUS", "0");
-    let module = PluginModule::from_bytes(
+    let module = PluginModule::from_wat(
         "trap",
-        wat.as_bytes(),
+        &wat,
         PluginLimits::default().max_restarts(u32::MAX),
         Vec::new(),
     )
@@ -341,13 +341,8 @@ fn main() {
 
     // The host's floor: a guest that does next to nothing (a bump pointer over one chunk),
     // so what is left is the lock, the call into wasm and the checks of every answer and free.
-    let floor = PluginModule::from_bytes(
-        "bump",
-        BUMP_WAT.as_bytes(),
-        PluginLimits::default(),
-        Vec::new(),
-    )
-    .expect("bump");
+    let floor = PluginModule::from_wat("bump", BUMP_WAT, PluginLimits::default(), Vec::new())
+        .expect("bump");
     let r = PluginResource::new(Arc::new(floor), cuda(&g));
     let pairs = 200_000u32;
     let floor = median(

@@ -34,8 +34,33 @@ pub enum SandboxError {
     Compile {
         /// The plugin.
         plugin: String,
-        /// The compiler's reason.
+        /// The compiler's reason, with its whole chain of causes.
         reason: String,
+    },
+    /// The bytes are not a wasm binary (WAT text, say); nothing was parsed.
+    #[error("plugin {plugin} is refused: {reason}")]
+    NotWasm {
+        /// The plugin.
+        plugin: String,
+        /// What the bytes are instead, and what to give.
+        reason: String,
+    },
+    /// The module is over a compile budget of [`crate::PluginLimits`], or breaks ABI v1's
+    /// memory model; nothing was compiled.
+    #[error("plugin {plugin} is refused before compiling: {reason}; raise that limit only if the plugin is trusted")]
+    OverBudget {
+        /// The plugin.
+        plugin: String,
+        /// The budget it breaks (named as the `PluginLimits` setter that raises it).
+        reason: String,
+    },
+    /// Compiling took longer than [`crate::PluginLimits::compile_deadline`].
+    #[error("plugin {plugin} took more than {millis} ms to compile (PluginLimits::compile_deadline) and is refused")]
+    CompileDeadline {
+        /// The plugin.
+        plugin: String,
+        /// The deadline in milliseconds.
+        millis: u128,
     },
     /// The module lacks an export the ABI requires.
     #[error("plugin {plugin} does not export {name} ({signature}); build it with emm-plugin-sdk's export_plugin! (see plugins/ABI.md)")]
@@ -159,6 +184,9 @@ fn plugin_of(e: &SandboxError) -> &str {
         SandboxError::Io { path, .. } => path,
         SandboxError::ModuleTooLarge { plugin, .. }
         | SandboxError::Compile { plugin, .. }
+        | SandboxError::NotWasm { plugin, .. }
+        | SandboxError::OverBudget { plugin, .. }
+        | SandboxError::CompileDeadline { plugin, .. }
         | SandboxError::MissingExport { plugin, .. }
         | SandboxError::WrongSignature { plugin, .. }
         | SandboxError::UnknownImport { plugin, .. }
@@ -172,6 +200,7 @@ fn plugin_of(e: &SandboxError) -> &str {
             | GateError::TooShallow { plugin, .. }
             | GateError::Failed { plugin, .. }
             | GateError::Tampered { plugin, .. }
+            | GateError::OtherSettings { plugin, .. }
             | GateError::NoContentHash { plugin } => plugin,
             _ => "the verdict store",
         },

@@ -101,11 +101,7 @@ impl PluginFactory {
             Some(p) => p.clone(),
             None => GatePolicy::from_env()?,
         };
-        let a = policy.admit(
-            self.module.name(),
-            self.module.content_hash(),
-            self.source.as_deref(),
-        )?;
+        let a = policy.admit(&self.module, self.source.as_deref())?;
         if let Some(w) = a.warning() {
             eprintln!("emm: warning: {w}");
         }

@@ -96,7 +96,7 @@ impl fmt::Display for PluginFault {
             }
             PluginFault::MemoryCap { desired, cap } => write!(
                 f,
-                "tried to grow its memory to {}, over its cap of {}",
+                "tried to grow its memory to {}, over its cap of {} (PluginLimits::memory_cap)",
                 Bytes(*desired as u64),
                 Bytes(*cap as u64)
             ),
@@ -172,7 +172,7 @@ mod tests {
         };
         assert_eq!(
             cap.to_string(),
-            "tried to grow its memory to 128.0 MiB, over its cap of 64.0 MiB"
+            "tried to grow its memory to 128.0 MiB, over its cap of 64.0 MiB (PluginLimits::memory_cap)"
         );
     }
 }

@@ -5,6 +5,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use emm_core::attribution::CallerScope;
 use emm_core::mr::{DeviceMemoryResource, MrError, MIN_ALIGNMENT};
@@ -17,6 +18,7 @@ use crate::abi::{
     MAX_LOG_BYTES, STATUS_INVALID, STATUS_OK, STATUS_OUT_OF_MEMORY, STATUS_UNSUPPORTED,
 };
 use crate::fault::{PluginFault, Rule};
+use crate::limits::PluginLimits;
 use crate::registry::Registry;
 
 /// The caller tag of driver calls made for a plugin's chunks.
@@ -33,9 +35,13 @@ const MAX_TABLE_ELEMENTS: usize = 100_000;
 pub struct LogLine {
     /// The level the guest gave (0 error, 1 warn, 2 info, 3 debug).
     pub level: i32,
-    /// The message (cut at 1 KiB, invalid UTF-8 replaced).
+    /// The message (cut at 1 KiB, invalid UTF-8 replaced). Lines the host adds (a limit
+    /// reached) start with `emm:`.
     pub message: String,
 }
+
+/// The level of the lines the host adds about its limits (warn).
+const HOST_LINE_LEVEL: i32 = 1;
 
 /// The data of one plugin instance's store.
 pub(crate) struct HostState {
@@ -53,24 +59,50 @@ pub(crate) struct HostState {
     pub logs: VecDeque<LogLine>,
     /// The last upstream failure other than out of memory, for diagnosis.
     pub upstream_error: Option<MrError>,
+    /// The most chunks the plugin may hold.
+    max_chunks: usize,
+    /// The most log lines one call keeps, and the most host time it spends on them.
+    max_log_lines: u32,
+    max_log_time: Duration,
+    /// What the current call has logged, and whether the host said it dropped lines or
+    /// refused a chunk.
+    call: CallLog,
+}
+
+/// What one call into the guest has cost the host in log lines.
+#[derive(Debug, Default)]
+struct CallLog {
+    lines: u32,
+    time: Duration,
+    dropped_noted: bool,
+    chunk_cap_noted: bool,
 }
 
 impl HostState {
     pub fn new(
         registry: Registry,
         upstream: Arc<dyn DeviceMemoryResource>,
-        memory_cap: usize,
-        max_held_bytes: Option<u64>,
+        limits: &PluginLimits,
     ) -> Self {
         HostState {
             registry,
             upstream,
             fault: None,
-            memory_cap,
-            max_held_bytes,
+            memory_cap: limits.get_memory_cap(),
+            max_held_bytes: limits.get_max_held_bytes(),
             logs: VecDeque::new(),
             upstream_error: None,
+            max_chunks: usize::try_from(limits.get_max_chunks()).unwrap_or(usize::MAX),
+            max_log_lines: limits.get_max_log_lines_per_call(),
+            max_log_time: limits.get_max_log_time_per_call(),
+            call: CallLog::default(),
         }
+    }
+
+    /// A new call into the guest begins: its log budget is whole again.
+    #[inline]
+    pub fn begin_call(&mut self) {
+        self.call = CallLog::default();
     }
 
     /// Records `fault` and returns the error that traps the guest.
@@ -97,6 +129,20 @@ impl HostState {
             .max_held_bytes
             .is_some_and(|max| self.registry.held_bytes.saturating_add(size) > max);
         if over {
+            return Ok(STATUS_OUT_OF_MEMORY);
+        }
+        let held = self.registry.held_chunks();
+        if held >= self.max_chunks {
+            if !self.call.chunk_cap_noted {
+                self.call.chunk_cap_noted = true;
+                self.push_log(
+                    HOST_LINE_LEVEL,
+                    format!(
+                        "emm: upstream_alloc({size}) answered out of memory: the plugin holds \
+                         {held} chunks, the most PluginLimits::max_chunks allows"
+                    ),
+                );
+            }
             return Ok(STATUS_OUT_OF_MEMORY);
         }
         let _scope = CallerScope::enter(PLUGIN_CALLER);
@@ -151,6 +197,33 @@ impl HostState {
         }
     }
 
+    /// Keeps the guest's line `ptr..ptr + len` (already checked to lie in `data`) unless
+    /// this call has used its log budget; cuts it at 1 KiB.
+    fn guest_log(&mut self, level: i32, data: &[u8], start: usize, len: usize) {
+        if self.call.lines >= self.max_log_lines || self.call.time >= self.max_log_time {
+            if !self.call.dropped_noted {
+                self.call.dropped_noted = true;
+                let (lines, time) = (self.max_log_lines, self.max_log_time);
+                self.push_log(
+                    HOST_LINE_LEVEL,
+                    format!(
+                        "emm: later log lines of this call are dropped \
+                         (PluginLimits::max_log_lines_per_call {lines}, \
+                         PluginLimits::max_log_time_per_call {time:?})"
+                    ),
+                );
+            }
+            return;
+        }
+        let t = Instant::now();
+        let end = start.saturating_add(len.min(MAX_LOG_BYTES));
+        let message =
+            String::from_utf8_lossy(data.get(start..end).unwrap_or_default()).into_owned();
+        self.push_log(level, message);
+        self.call.lines = self.call.lines.saturating_add(1);
+        self.call.time = self.call.time.saturating_add(t.elapsed());
+    }
+
     fn push_log(&mut self, level: i32, message: String) {
         if self.logs.len() == LOG_LINES {
             self.logs.pop_front();
@@ -183,23 +256,41 @@ impl ResourceLimiter for HostState {
     }
 }
 
-/// Reads `len` bytes at `ptr` of the guest's exported memory.
-fn read_guest(caller: &mut Caller<'_, HostState>, ptr: i32, len: i32) -> Result<Vec<u8>, String> {
-    let Some(Extern::Memory(memory)) = caller.get_export(crate::abi::EXPORT_MEMORY) else {
-        return Err("the plugin exports no memory".to_string());
-    };
-    let data = memory.data(&*caller);
+/// The range `ptr..ptr + len` of the guest's memory `data`, whole: checked before a log line
+/// is cut at 1 KiB, so a range that runs past the memory is a breach however long it is.
+fn guest_range(data: &[u8], ptr: i32, len: i32) -> Result<(usize, usize), String> {
     let (Ok(start), Ok(len)) = (usize::try_from(ptr), usize::try_from(len)) else {
         return Err(format!("pointer {ptr} or length {len} is negative"));
     };
-    let len = len.min(MAX_LOG_BYTES);
     let end = start.checked_add(len).ok_or("the range overflows")?;
-    data.get(start..end).map(<[u8]>::to_vec).ok_or_else(|| {
-        format!(
+    if end > data.len() {
+        return Err(format!(
             "{start}..{end} is outside the guest's {}",
             Bytes(data.len() as u64)
-        )
-    })
+        ));
+    }
+    Ok((start, len))
+}
+
+/// `log(level, ptr, len)`: the range checked whole, the line kept within the call's budget.
+fn log(caller: &mut Caller<'_, HostState>, level: i32, ptr: i32, len: i32) -> wasmtime::Result<()> {
+    let Some(Extern::Memory(memory)) = caller.get_export(crate::abi::EXPORT_MEMORY) else {
+        return Err(caller.data_mut().breach(PluginFault::BadAnswer {
+            rule: Rule::BadGuestPointer,
+            detail: format!("log({level}, {ptr}, {len}): the plugin exports no memory"),
+        }));
+    };
+    let (data, state) = memory.data_and_store_mut(&mut *caller);
+    match guest_range(data, ptr, len) {
+        Ok((start, len)) => {
+            state.guest_log(level, data, start, len);
+            Ok(())
+        }
+        Err(detail) => Err(state.breach(PluginFault::BadAnswer {
+            rule: Rule::BadGuestPointer,
+            detail: format!("log({level}, {ptr}, {len}): {detail}"),
+        })),
+    }
 }
 
 /// A linker with the host functions of ABI v1.
@@ -220,20 +311,8 @@ pub(crate) fn linker(engine: &wasmtime::Engine) -> wasmtime::Result<Linker<HostS
     linker.func_wrap(
         IMPORT_MODULE,
         IMPORT_LOG,
-        |mut caller: Caller<'_, HostState>, level: i32, ptr: i32, len: i32| match read_guest(
-            &mut caller,
-            ptr,
-            len,
-        ) {
-            Ok(bytes) => {
-                let message = String::from_utf8_lossy(&bytes).into_owned();
-                caller.data_mut().push_log(level, message);
-                Ok(())
-            }
-            Err(detail) => Err(caller.data_mut().breach(PluginFault::BadAnswer {
-                rule: Rule::BadGuestPointer,
-                detail: format!("log({level}, {ptr}, {len}): {detail}"),
-            })),
+        |mut caller: Caller<'_, HostState>, level: i32, ptr: i32, len: i32| {
+            log(&mut caller, level, ptr, len)
         },
     )?;
     Ok(linker)

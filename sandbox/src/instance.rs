@@ -49,6 +49,7 @@ impl PluginInstance {
     /// Refills fuel and sets the deadline: every call starts with the whole budget.
     #[inline]
     fn arm(&mut self) -> Result<(), PluginFault> {
+        self.store.data_mut().begin_call();
         if let Some(fuel) = self.fuel {
             self.store.set_fuel(fuel).map_err(|_| host_bug!())?;
         }

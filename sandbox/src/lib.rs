@@ -11,8 +11,10 @@
 //! - [`limits`]: [`PluginLimits`], fuel, deadline, memory cap, stack, module size, restarts.
 //! - [`fault`]: [`PluginFault`], [`Rule`] and [`Breach`], why a plugin was quarantined.
 //! - [`error`]: [`SandboxError`], why a plugin could not be loaded or started.
-//! - [`module`]: [`PluginModule`], a compiled plugin checked against the ABI; `exports`: the
-//!   checks of its imports and exports.
+//! - [`module`]: [`PluginModule`], a compiled plugin checked against the ABI; `budget`: what a
+//!   module may cost before it is compiled; `exports`: the checks of its imports and exports;
+//!   `read`: reading a file (a plugin, a record, the gate's key) without blocking or reading
+//!   without end.
 //! - [`resource`]: [`PluginResource`], a plugin as a `DeviceMemoryResource`.
 //! - `control`: its reset, trim, defer-cleanup scopes, statistics, breaches and logs.
 //! - [`stats`]: [`PluginStats`], the host's snapshot of a plugin.
@@ -31,6 +33,7 @@
 #![warn(unsafe_op_in_unsafe_fn)]
 
 pub mod abi;
+mod budget;
 mod chunk;
 mod control;
 pub mod error;
@@ -44,6 +47,7 @@ pub mod limits;
 mod live_map;
 pub mod manager;
 pub mod module;
+mod read;
 mod registry;
 pub mod resource;
 mod start_bitmap;

@@ -1,6 +1,7 @@
 //! [`PluginLimits`]: what a plugin may use — fuel per call, a wall-clock deadline per call, a
-//! cap on its linear memory, its wasm stack, the size of its module — and how many times the
-//! host starts it again after a quarantine.
+//! cap on its linear memory, its wasm stack, the size of its module and what compiling it may
+//! cost, the chunks it may hold, what it may log — and how many times the host starts it again
+//! after a quarantine.
 
 use std::time::Duration;
 
@@ -23,6 +24,26 @@ pub const DEFAULT_MAX_MODULE_BYTES: usize = 16 << 20;
 pub const DEFAULT_MAX_RESTARTS: u32 = 0;
 /// Default number of instance slots the pooling allocator reserves per loaded module.
 pub const DEFAULT_POOLED_INSTANCES: u32 = 32;
+/// Default most chunks a plugin may hold at once (each costs the host a record, and a shrink
+/// of a failing case replays every one of them).
+pub const DEFAULT_MAX_CHUNKS: u32 = 16_384;
+/// Default most functions a module may define.
+pub const DEFAULT_MAX_FUNCTIONS: u32 = 10_000;
+/// Default most bytes of code of one function body. Compile time grows with the square of a
+/// body's blocks (a 128 KiB body of loops took 40 s in a debug build); the example plugins'
+/// largest body is 5.5 KiB.
+pub const DEFAULT_MAX_FUNCTION_BYTES: usize = 64 << 10;
+/// Default most bytes of code of all function bodies together (the examples have 22–47 KiB).
+pub const DEFAULT_MAX_CODE_BYTES: usize = 1 << 20;
+/// Default most locals one function may declare, parameters not counted (the examples' most
+/// is 23; compile time grows with locals times blocks).
+pub const DEFAULT_MAX_LOCALS: u32 = 1_000;
+/// Default wall-clock time compiling a module may take.
+pub const DEFAULT_COMPILE_DEADLINE: Duration = Duration::from_secs(30);
+/// Default most log lines one call keeps (later ones in the same call are dropped).
+pub const DEFAULT_MAX_LOG_LINES_PER_CALL: u32 = 16;
+/// Default most host time one call may spend keeping log lines.
+pub const DEFAULT_MAX_LOG_TIME_PER_CALL: Duration = Duration::from_millis(1);
 
 /// Limits a plugin runs under. Build with [`PluginLimits::default`] and the setters.
 ///
@@ -48,6 +69,14 @@ pub struct PluginLimits {
     max_restarts: u32,
     pooled_instances: u32,
     max_held_bytes: Option<u64>,
+    max_chunks: u32,
+    max_functions: u32,
+    max_function_bytes: usize,
+    max_code_bytes: usize,
+    max_locals: u32,
+    compile_deadline: Option<Duration>,
+    max_log_lines_per_call: u32,
+    max_log_time_per_call: Duration,
 }
 
 impl Default for PluginLimits {
@@ -62,6 +91,14 @@ impl Default for PluginLimits {
             max_restarts: DEFAULT_MAX_RESTARTS,
             pooled_instances: DEFAULT_POOLED_INSTANCES,
             max_held_bytes: None,
+            max_chunks: DEFAULT_MAX_CHUNKS,
+            max_functions: DEFAULT_MAX_FUNCTIONS,
+            max_function_bytes: DEFAULT_MAX_FUNCTION_BYTES,
+            max_code_bytes: DEFAULT_MAX_CODE_BYTES,
+            max_locals: DEFAULT_MAX_LOCALS,
+            compile_deadline: Some(DEFAULT_COMPILE_DEADLINE),
+            max_log_lines_per_call: DEFAULT_MAX_LOG_LINES_PER_CALL,
+            max_log_time_per_call: DEFAULT_MAX_LOG_TIME_PER_CALL,
         }
     }
 }
@@ -148,6 +185,143 @@ impl PluginLimits {
         self
     }
 
+    /// The most chunks the plugin may hold at once (orphans of a quarantine included);
+    /// `upstream_alloc` beyond it answers out of memory, and the host logs why.
+    ///
+    /// Default: `DEFAULT_MAX_CHUNKS` (16 384).
+    pub fn max_chunks(mut self, chunks: u32) -> Self {
+        self.max_chunks = chunks;
+        self
+    }
+
+    /// The most functions a module may define; a module with more is refused before it is
+    /// compiled.
+    ///
+    /// Default: `DEFAULT_MAX_FUNCTIONS` (10 000).
+    pub fn max_functions(mut self, functions: u32) -> Self {
+        self.max_functions = functions;
+        self
+    }
+
+    /// The most bytes of code one function body may have; checked before compiling.
+    ///
+    /// Default: `DEFAULT_MAX_FUNCTION_BYTES` (64 KiB).
+    pub fn max_function_bytes(mut self, bytes: usize) -> Self {
+        self.max_function_bytes = bytes;
+        self
+    }
+
+    /// The most bytes of code all function bodies together may have; checked before
+    /// compiling. With the other budgets it bounds how long compiling takes.
+    ///
+    /// Default: `DEFAULT_MAX_CODE_BYTES` (1 MiB).
+    pub fn max_code_bytes(mut self, bytes: usize) -> Self {
+        self.max_code_bytes = bytes;
+        self
+    }
+
+    /// The most locals one function may declare (its parameters not counted); checked
+    /// before compiling.
+    ///
+    /// Default: `DEFAULT_MAX_LOCALS` (1 000).
+    pub fn max_locals(mut self, locals: u32) -> Self {
+        self.max_locals = locals;
+        self
+    }
+
+    /// The wall-clock time compiling may take (`None`: no limit); past it the module is
+    /// refused (the compiling thread is left to finish on its own, bounded by the budgets
+    /// above).
+    ///
+    /// Default: `Some(DEFAULT_COMPILE_DEADLINE)` (30 s).
+    pub fn compile_deadline(mut self, deadline: Option<Duration>) -> Self {
+        self.compile_deadline = deadline;
+        self
+    }
+
+    /// The most log lines one call into the plugin keeps; later ones in the same call are
+    /// dropped (one line says so).
+    ///
+    /// Default: `DEFAULT_MAX_LOG_LINES_PER_CALL` (16).
+    pub fn max_log_lines_per_call(mut self, lines: u32) -> Self {
+        self.max_log_lines_per_call = lines;
+        self
+    }
+
+    /// The most host time one call may spend keeping log lines; later ones in the same call
+    /// are dropped.
+    ///
+    /// Default: `DEFAULT_MAX_LOG_TIME_PER_CALL` (1 ms).
+    pub fn max_log_time_per_call(mut self, time: Duration) -> Self {
+        self.max_log_time_per_call = time;
+        self
+    }
+
+    /// The most chunks held at once.
+    pub fn get_max_chunks(&self) -> u32 {
+        self.max_chunks
+    }
+    /// The most functions a module may define.
+    pub fn get_max_functions(&self) -> u32 {
+        self.max_functions
+    }
+    /// The most bytes of one function body.
+    pub fn get_max_function_bytes(&self) -> usize {
+        self.max_function_bytes
+    }
+    /// The most bytes of all function bodies.
+    pub fn get_max_code_bytes(&self) -> usize {
+        self.max_code_bytes
+    }
+    /// The most locals of one function.
+    pub fn get_max_locals(&self) -> u32 {
+        self.max_locals
+    }
+    /// The compile deadline, if any.
+    pub fn get_compile_deadline(&self) -> Option<Duration> {
+        self.compile_deadline
+    }
+    /// The most log lines kept per call.
+    pub fn get_max_log_lines_per_call(&self) -> u32 {
+        self.max_log_lines_per_call
+    }
+    /// The most host time spent on log lines per call.
+    pub fn get_max_log_time_per_call(&self) -> Duration {
+        self.max_log_time_per_call
+    }
+
+    /// Every limit as one line of text, the same for the same limits: what a verdict
+    /// records, so that it vouches for a plugin only under the limits it was checked with.
+    pub fn fingerprint(&self) -> String {
+        let opt = |v: Option<u64>| v.map_or_else(|| "none".to_string(), |v| v.to_string());
+        let ns =
+            |d: Option<Duration>| opt(d.map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)));
+        format!(
+            "fuel_per_call={} deadline_ns={} epoch_tick_ns={} memory_cap={} max_stack={} \
+             max_module_bytes={} max_restarts={} pooled_instances={} max_held_bytes={} \
+             max_chunks={} max_functions={} max_function_bytes={} max_code_bytes={} \
+             max_locals={} compile_deadline_ns={} max_log_lines_per_call={} \
+             max_log_time_per_call_ns={}",
+            opt(self.fuel_per_call),
+            ns(self.deadline),
+            ns(Some(self.epoch_tick)),
+            self.memory_cap,
+            self.max_stack,
+            self.max_module_bytes,
+            self.max_restarts,
+            self.pooled_instances,
+            opt(self.max_held_bytes),
+            self.max_chunks,
+            self.max_functions,
+            self.max_function_bytes,
+            self.max_code_bytes,
+            self.max_locals,
+            ns(self.compile_deadline),
+            self.max_log_lines_per_call,
+            ns(Some(self.max_log_time_per_call)),
+        )
+    }
+
     /// Fuel per call, if metered.
     pub fn get_fuel_per_call(&self) -> Option<u64> {
         self.fuel_per_call
@@ -214,6 +388,14 @@ impl PluginLimits {
         if self.pooled_instances == 0 {
             return Err("pooled_instances is 0; give at least 1".to_string());
         }
+        if self.max_chunks == 0 {
+            return Err("max_chunks is 0; give at least 1".to_string());
+        }
+        if self.compile_deadline.is_some_and(|d| d.is_zero()) {
+            return Err(
+                "compile_deadline is 0; give None for no deadline, or some time".to_string(),
+            );
+        }
         if self.fuel_per_call == Some(0) {
             return Err("fuel_per_call is 0; give None for no metering, or some fuel".to_string());
         }
@@ -241,5 +423,23 @@ mod tests {
             .validate()
             .unwrap_err();
         assert!(bad.contains("memory_cap"), "{bad}");
+    }
+
+    #[test]
+    fn the_fingerprint_names_every_limit_and_changes_with_each() {
+        let d = PluginLimits::default();
+        assert!(d
+            .fingerprint()
+            .starts_with("fuel_per_call=20000000 deadline_ns=200000000 "));
+        assert_eq!(d.fingerprint(), PluginLimits::default().fingerprint());
+        for other in [
+            d.clone().max_chunks(7),
+            d.clone().memory_cap(1 << 20),
+            d.clone().max_held_bytes(Some(1)),
+            d.clone().deadline(None),
+            d.clone().max_log_lines_per_call(1),
+        ] {
+            assert_ne!(other.fingerprint(), d.fingerprint());
+        }
     }
 }

@@ -12,6 +12,7 @@ use wasmtime::{
 };
 
 use crate::abi;
+use crate::budget::{self, OverBudget};
 use crate::error::SandboxError;
 use crate::exports::{check_exports, check_imports};
 use crate::fault::{Breach, PluginFault};
@@ -19,6 +20,7 @@ use crate::gate::ContentHash;
 use crate::host::{linker, HostState};
 use crate::instance::{Exports, PluginInstance};
 use crate::limits::PluginLimits;
+use crate::read::{read_capped, ReadRefusal};
 use crate::registry::Registry;
 use crate::ticker::Ticker;
 
@@ -48,11 +50,15 @@ impl std::fmt::Debug for PluginModule {
 }
 
 impl PluginModule {
-    /// Loads the `.wasm` file at `path`; the plugin is named after the file's stem.
+    /// Loads the `.wasm` file at `path`; the plugin is named after the file's stem. The file
+    /// is opened without blocking and read only if it is a regular file, up to
+    /// [`PluginLimits::max_module_bytes`]; it must be a wasm binary (WAT text is loaded only
+    /// through [`PluginModule::from_wat`]).
     ///
     /// # Errors
     ///
-    /// [`SandboxError::Io`], then as [`PluginModule::from_bytes`].
+    /// [`SandboxError::Io`] (missing, unreadable, a FIFO or a device), then as
+    /// [`PluginModule::from_bytes`].
     pub fn from_file(
         path: &Path,
         limits: PluginLimits,
@@ -62,32 +68,62 @@ impl PluginModule {
             || path.display().to_string(),
             |s| s.to_string_lossy().into_owned(),
         );
-        let io = |e: std::io::Error| SandboxError::Io {
-            path: path.display().to_string(),
-            reason: e.to_string(),
-        };
-        // Refuse a huge file before reading it.
-        let len = std::fs::metadata(path).map_err(io)?.len();
         let limit = limits.get_max_module_bytes();
-        if len > limit as u64 {
-            return Err(SandboxError::ModuleTooLarge {
-                plugin: name,
-                bytes: usize::try_from(len).unwrap_or(usize::MAX),
-                limit,
-            });
-        }
-        let bytes = std::fs::read(path).map_err(io)?;
+        // Refuse a huge file, a FIFO or a device before reading it; never read past the cap.
+        let bytes = match read_capped(path, limit as u64, true) {
+            Ok(bytes) => bytes,
+            Err(ReadRefusal::TooLarge(len)) => {
+                return Err(SandboxError::ModuleTooLarge {
+                    plugin: name,
+                    bytes: usize::try_from(len).unwrap_or(usize::MAX),
+                    limit,
+                })
+            }
+            Err(e) => {
+                return Err(SandboxError::Io {
+                    path: path.display().to_string(),
+                    reason: e.to_string(),
+                })
+            }
+        };
         PluginModule::from_bytes(&name, &bytes, limits, config)
     }
 
-    /// Compiles `bytes` (a wasm binary, or WAT text) as plugin `name`, checks it against ABI
-    /// v1 and prepares its instantiation. `config` is the blob `emm_init` receives.
+    /// Compiles the WAT text `text` as plugin `name`: the one way to load text (tests,
+    /// fixtures, benchmarks); files and [`PluginModule::from_bytes`] take wasm binaries only.
+    /// The content hash is the hash of the binary the text becomes.
     ///
     /// # Errors
     ///
-    /// [`SandboxError::ModuleTooLarge`], [`SandboxError::Compile`],
-    /// [`SandboxError::UnknownImport`], [`SandboxError::MissingExport`],
-    /// [`SandboxError::WrongSignature`], [`SandboxError::InvalidConfig`].
+    /// [`SandboxError::Compile`] when the text does not parse, then as
+    /// [`PluginModule::from_bytes`].
+    pub fn from_wat(
+        name: &str,
+        text: &str,
+        limits: PluginLimits,
+        config: Vec<u8>,
+    ) -> Result<PluginModule, SandboxError> {
+        let bytes = wat_to_wasm(text).map_err(|reason| SandboxError::Compile {
+            plugin: name.to_string(),
+            reason,
+        })?;
+        PluginModule::from_bytes(name, &bytes, limits, config)
+    }
+
+    /// Compiles `bytes` (a wasm binary: WAT text is refused, see
+    /// [`PluginModule::from_wat`]) as plugin `name`, checks it against ABI v1 and prepares its
+    /// instantiation. `config` is the blob `emm_init` receives. Before anything is compiled
+    /// the module is checked against the budgets of `limits` (size, functions, code, locals,
+    /// a 32-bit memory within the cap); compiling then runs under
+    /// [`PluginLimits::compile_deadline`].
+    ///
+    /// # Errors
+    ///
+    /// [`SandboxError::ModuleTooLarge`], [`SandboxError::NotWasm`],
+    /// [`SandboxError::OverBudget`], [`SandboxError::Compile`] (with the compiler's whole
+    /// chain of causes), [`SandboxError::CompileDeadline`], [`SandboxError::UnknownImport`],
+    /// [`SandboxError::MissingExport`], [`SandboxError::WrongSignature`],
+    /// [`SandboxError::InvalidConfig`].
     pub fn from_bytes(
         name: &str,
         bytes: &[u8],
@@ -103,6 +139,12 @@ impl PluginModule {
                 limit,
             });
         }
+        if !bytes.starts_with(WASM_MAGIC) {
+            return Err(SandboxError::NotWasm {
+                plugin,
+                reason: not_wasm_reason(bytes),
+            });
+        }
         let invalid = |reason: String| SandboxError::InvalidConfig {
             plugin: name.to_string(),
             reason,
@@ -115,14 +157,20 @@ impl PluginModule {
                 abi::MAX_CONFIG_BYTES
             )));
         }
+        match budget::check(bytes, &limits) {
+            Ok(()) => {}
+            Err(OverBudget::Invalid(reason)) => {
+                return Err(SandboxError::Compile { plugin, reason })
+            }
+            Err(OverBudget::Refused(reason)) => {
+                return Err(SandboxError::OverBudget { plugin, reason })
+            }
+        }
         let engine = engine(&limits).map_err(|e| SandboxError::Instantiate {
             plugin: plugin.clone(),
-            reason: format!("{e}"),
+            reason: format!("{e:#}"),
         })?;
-        let module = Module::new(&engine, bytes).map_err(|e| SandboxError::Compile {
-            plugin: plugin.clone(),
-            reason: format!("{e}"),
-        })?;
+        let module = compile(&plugin, &engine, bytes, limits.get_compile_deadline())?;
         // Hashed here, once: the verdict the gate looks up is for exactly these bytes.
         let hash = ContentHash::of(bytes);
         PluginModule::checked(plugin, engine, &module, limits, config, Some(hash))
@@ -140,13 +188,13 @@ impl PluginModule {
         check_exports(&plugin, module)?;
         let linker = linker(&engine).map_err(|e| SandboxError::Instantiate {
             plugin: plugin.clone(),
-            reason: format!("{e}"),
+            reason: format!("{e:#}"),
         })?;
         let pre = linker
             .instantiate_pre(module)
             .map_err(|e| SandboxError::Instantiate {
                 plugin: plugin.clone(),
-                reason: format!("{e}"),
+                reason: format!("{e:#}"),
             })?;
         let ticker = match limits.get_deadline() {
             Some(_) => Some(
@@ -180,6 +228,17 @@ impl PluginModule {
         &self.limits
     }
 
+    /// The config blob `emm_init` receives.
+    pub fn config(&self) -> &[u8] {
+        &self.config
+    }
+
+    /// Its config and limits as a verdict records them: a verdict vouches for the plugin's
+    /// bytes only together with these.
+    pub fn settings(&self) -> crate::gate::Settings {
+        crate::gate::Settings::of(&self.config, &self.limits)
+    }
+
     /// The sha256 of the bytes it was compiled from, under which its verdicts are kept;
     /// `None` for a module loaded with [`PluginModule::from_precompiled`] (the gate refuses
     /// such a module on hardware).
@@ -199,7 +258,7 @@ impl PluginModule {
             .serialize()
             .map_err(|e| SandboxError::Compile {
                 plugin: self.name.clone(),
-                reason: format!("{e}"),
+                reason: format!("{e:#}"),
             })
     }
 
@@ -231,14 +290,14 @@ impl PluginModule {
             })?;
         let engine = engine(&limits).map_err(|e| SandboxError::Instantiate {
             plugin: plugin.clone(),
-            reason: format!("{e}"),
+            reason: format!("{e:#}"),
         })?;
         // SAFETY: the caller promises (item 1) the bytes are our own serialization; wasmtime
         // still checks the version and the engine's settings.
         let module =
             unsafe { Module::deserialize(&engine, bytes) }.map_err(|e| SandboxError::Compile {
                 plugin: plugin.clone(),
-                reason: format!("{e}"),
+                reason: format!("{e:#}"),
             })?;
         PluginModule::checked(plugin, engine, &module, limits, config, None)
     }
@@ -256,12 +315,7 @@ impl PluginModule {
         registry: Registry,
         upstream: Arc<dyn DeviceMemoryResource>,
     ) -> Result<PluginInstance, Box<(SandboxError, Registry)>> {
-        let state = HostState::new(
-            registry,
-            upstream,
-            self.limits.get_memory_cap(),
-            self.limits.get_max_held_bytes(),
-        );
+        let state = HostState::new(registry, upstream, &self.limits);
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| s as &mut dyn wasmtime::ResourceLimiter);
         let ms = self.limits.get_deadline().map_or(0, |d| d.as_millis());
@@ -300,7 +354,7 @@ impl PluginModule {
             .ok_or_else(|| missing(abi::EXPORT_MEMORY))?;
         let typed_err = |e: wasmtime::Error| SandboxError::Instantiate {
             plugin: plugin.clone(),
-            reason: format!("{e}"),
+            reason: format!("{e:#}"),
         };
         let version = instance
             .get_typed_func::<(), i32>(&mut *store, abi::EXPORT_ABI_VERSION)
@@ -342,7 +396,7 @@ impl PluginModule {
         let plugin = &self.name;
         let typed_err = |e: wasmtime::Error| SandboxError::Instantiate {
             plugin: plugin.clone(),
-            reason: format!("{e}"),
+            reason: format!("{e:#}"),
         };
         let buffer = instance
             .get_typed_func::<i32, i32>(&mut *store, abi::EXPORT_BUFFER)
@@ -407,7 +461,7 @@ impl PluginModule {
                     millis: self.limits.get_deadline().map_or(0, |d| d.as_millis()),
                 },
                 Some(t) => PluginFault::Trap(t.to_string()),
-                None => PluginFault::Trap(format!("{e}")),
+                None => PluginFault::Trap(format!("{e:#}")),
             }
         });
         SandboxError::Quarantined(Breach {
@@ -437,6 +491,8 @@ fn engine(limits: &PluginLimits) -> wasmtime::Result<Engine> {
     config.consume_fuel(limits.get_fuel_per_call().is_some());
     config.epoch_interruption(limits.get_deadline().is_some());
     config.max_wasm_stack(limits.get_max_stack());
+    // ABI v1 is wasm32: a 64-bit memory is refused (the budget check names it first).
+    config.wasm_memory64(false);
     let slots = limits.get_pooled_instances();
     let mut pool = PoolingAllocationConfig::new();
     pool.total_core_instances(slots)
@@ -447,4 +503,66 @@ fn engine(limits: &PluginLimits) -> wasmtime::Result<Engine> {
         .max_memory_size(limits.get_memory_cap());
     config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     Engine::new(&config)
+}
+
+/// What every wasm binary starts with.
+const WASM_MAGIC: &[u8] = b"\0asm";
+
+/// Why `bytes`, which do not start with the wasm magic, are not loaded.
+fn not_wasm_reason(bytes: &[u8]) -> String {
+    let text = std::str::from_utf8(&bytes[..bytes.len().min(4096)]).is_ok();
+    let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
+    if text && matches!(first, Some(b'(') | Some(b';')) {
+        "it is text (WebAssembly text format, WAT), not a wasm binary; a plugin file must be \
+         a compiled .wasm (wat2wasm, or cargo build --target wasm32-unknown-unknown)"
+            .to_string()
+    } else {
+        "it does not start with the wasm magic bytes \\0asm: it is not a WebAssembly binary \
+         (build it for wasm32-unknown-unknown)"
+            .to_string()
+    }
+}
+
+/// The wasm binary of the WAT text `text`.
+///
+/// # Errors
+///
+/// The parser's message, when the text is not WAT.
+pub fn wat_to_wasm(text: &str) -> Result<Vec<u8>, String> {
+    wat::parse_str(text).map_err(|e| format!("{e}"))
+}
+
+/// Compiles `bytes`, giving up after `deadline` (the compiling thread then finishes on its
+/// own: the budgets checked before bound how long).
+fn compile(
+    plugin: &str,
+    engine: &Engine,
+    bytes: &[u8],
+    deadline: Option<std::time::Duration>,
+) -> Result<Module, SandboxError> {
+    let failed = |e: wasmtime::Error| SandboxError::Compile {
+        plugin: plugin.to_string(),
+        reason: format!("{e:#}"),
+    };
+    let Some(deadline) = deadline else {
+        return Module::from_binary(engine, bytes).map_err(failed);
+    };
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (engine2, owned) = (engine.clone(), bytes.to_vec());
+    let spawned = std::thread::Builder::new()
+        .name("emm-compile".to_string())
+        .spawn(move || {
+            let _ = tx.send(Module::from_binary(&engine2, &owned));
+        });
+    if spawned.is_err() {
+        // No thread to spare: compile here, without the deadline (the budgets still hold).
+        return Module::from_binary(engine, bytes).map_err(failed);
+    }
+    match rx.recv_timeout(deadline) {
+        Ok(result) => result.map_err(failed),
+        Err(_) => Err(SandboxError::CompileDeadline {
+            plugin: plugin.to_string(),
+            millis: deadline.as_millis(),
+        }),
+    }
 }

@@ -248,6 +248,12 @@ impl Registry {
         out
     }
 
+    /// Number of chunks held (current and orphaned), in O(1).
+    #[inline]
+    pub fn held_chunks(&self) -> usize {
+        self.chunks.len() - self.free_handles.len()
+    }
+
     /// Number of chunks held.
     pub fn chunk_count(&self) -> usize {
         self.chunks.iter().filter(|c| c.is_some()).count()

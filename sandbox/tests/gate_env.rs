@@ -13,9 +13,10 @@ use emm_core::contract::ManagerTarget;
 use emm_core::{DeviceId, Driver};
 use emm_sandbox::abi::ABI_VERSION;
 use emm_sandbox::gate::{
-    utc_date, ContentHash, Depth, Subject, VerdictRecord, VerdictStore, GATE_VAR, MIN_DEPTH_VAR,
-    RECORD_FORMAT, VERDICT_DIR_VAR,
+    utc_date, ContentHash, Depth, Settings, Subject, VerdictRecord, VerdictStore, GATE_VAR,
+    KEY_VAR, MIN_DEPTH_VAR, RECORD_FORMAT, VERDICT_DIR_VAR,
 };
+use emm_sandbox::PluginLimits;
 use emm_sim::{SimConfig, SimDriver};
 
 fn target(hardware: bool) -> ManagerTarget {
@@ -33,6 +34,9 @@ fn the_registry_loader_is_gated_by_the_environment() {
     let dir = std::env::temp_dir().join(format!("emm-gate-env-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::env::set_var(VERDICT_DIR_VAR, &dir);
+    let key = dir.with_extension("key");
+    let _ = std::fs::remove_file(&key);
+    std::env::set_var(KEY_VAR, &key);
     std::env::set_var(MIN_DEPTH_VAR, "4x8");
     std::env::remove_var(GATE_VAR);
     emm_sandbox::install_loader();
@@ -57,6 +61,7 @@ fn the_registry_loader_is_gated_by_the_environment() {
     let record = VerdictRecord {
         format: RECORD_FORMAT,
         subject: Subject::wasm(hash),
+        settings: Some(Settings::of(b"", &PluginLimits::default())),
         plugin: path.display().to_string(),
         abi_version: ABI_VERSION,
         suite: "emm-conformance test".into(),
@@ -67,9 +72,8 @@ fn the_registry_loader_is_gated_by_the_environment() {
         passed: true,
         error: None,
         checks: Vec::new(),
-        checksum: String::new(),
-    }
-    .sealed();
+        mac: String::new(),
+    };
     VerdictStore::new(&dir).save(&record).expect("saved");
     assert!(create_manager(&*factory, &target(true)).is_ok());
 
@@ -89,4 +93,5 @@ fn the_registry_loader_is_gated_by_the_environment() {
     assert!(create_manager(&*factory, &target(true)).is_ok());
     std::env::remove_var(GATE_VAR);
     let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_file(&key);
 }

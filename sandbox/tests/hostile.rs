@@ -5,11 +5,12 @@
 mod common;
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::{fill, gpu, holds, upstream, wat_module};
 use emm_core::mr::{CudaResource, DeviceMemoryResource, MrError};
 use emm_core::{DeviceId, DevicePtr, StreamId};
+use emm_sandbox::module::wat_to_wasm;
 use emm_sandbox::{PluginFault, PluginLimits, PluginModule, PluginResource, Rule, SandboxError};
 use emm_sim::{SimDriver, GIB};
 
@@ -217,7 +218,7 @@ fn a_plugin_that_refuses_a_free_it_owes_is_quarantined_and_loses_nothing() {
 }
 
 fn load_error(name: &str, wat: &str) -> SandboxError {
-    PluginModule::from_bytes(name, wat.as_bytes(), fuel_only(), Vec::new()).expect_err(name)
+    PluginModule::from_wat(name, wat, fuel_only(), Vec::new()).expect_err(name)
 }
 
 #[test]
@@ -290,6 +291,9 @@ fn missing_exports_wrong_types_and_foreign_imports_are_refused_at_load() {
     );
     let e = load_error("junk", "this is not wasm");
     assert!(matches!(e, SandboxError::Compile { .. }), "{e}");
+    let e = PluginModule::from_bytes("junk", b"this is not wasm", fuel_only(), Vec::new())
+        .expect_err("junk");
+    assert!(matches!(e, SandboxError::NotWasm { .. }), "{e}");
 }
 
 /// A 50 MB module: refused before anything is compiled, from bytes and from a file.
@@ -383,4 +387,275 @@ fn a_quarantined_plugin_falls_back_when_configured() {
     r.deallocate(served, 3000, S).unwrap();
     r.deallocate(kept, 1000, S).unwrap();
     assert!(g.report().is_clean(), "{}", g.report());
+}
+
+// ---- Load and hostile modules (issue 37) ----
+
+/// A module of `funcs` functions of type `() -> ()`, each declaring `locals` i64 locals and
+/// a body of about `body` bytes of `nop`s, as a wasm binary (no exports: a module that gets
+/// past the budgets is then refused for its missing exports).
+fn generated(funcs: u32, locals: u32, body: usize) -> Vec<u8> {
+    fn leb(mut v: u64, out: &mut Vec<u8>) {
+        loop {
+            let b = (v & 0x7f) as u8;
+            v >>= 7;
+            if v == 0 {
+                out.push(b);
+                return;
+            }
+            out.push(b | 0x80);
+        }
+    }
+    fn section(id: u8, body: &[u8], out: &mut Vec<u8>) {
+        out.push(id);
+        leb(body.len() as u64, out);
+        out.extend_from_slice(body);
+    }
+    let mut m = b"\0asm\x01\0\0\0".to_vec();
+    section(1, &[1, 0x60, 0, 0], &mut m);
+    let mut f = Vec::new();
+    leb(u64::from(funcs), &mut f);
+    f.resize(f.len() + funcs as usize, 0);
+    section(3, &f, &mut m);
+    let mut code = Vec::new();
+    leb(u64::from(funcs), &mut code);
+    let mut one = Vec::new();
+    if locals > 0 {
+        one.push(1);
+        leb(u64::from(locals), &mut one);
+        one.push(0x7e);
+    } else {
+        one.push(0);
+    }
+    one.resize(one.len() + body, 0x01);
+    one.push(0x0b);
+    for _ in 0..funcs {
+        leb(one.len() as u64, &mut code);
+        code.extend_from_slice(&one);
+    }
+    section(10, &code, &mut m);
+    m
+}
+
+fn refused_before_compiling(name: &str, bytes: &[u8], limits: PluginLimits, names: &str) {
+    let t = Instant::now();
+    let e = PluginModule::from_bytes(name, bytes, limits, Vec::new()).expect_err(name);
+    assert!(matches!(e, SandboxError::OverBudget { .. }), "{name}: {e}");
+    assert!(e.to_string().contains(names), "{name}: {e}");
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "{name}: {:?}",
+        t.elapsed()
+    );
+}
+
+/// A module of many huge functions compiled for over a minute (and then passed): now every
+/// compile budget refuses its kind of bomb before anything is compiled, naming the limit.
+#[test]
+fn compile_bombs_are_refused_before_compiling() {
+    // 30 functions of 500 KB: 15 MB, under the module size limit.
+    let bomb = generated(30, 0, 500_000);
+    refused_before_compiling("bomb", &bomb, fuel_only(), "PluginLimits::max_code_bytes");
+    let one = generated(1, 0, 100_000);
+    refused_before_compiling(
+        "long",
+        &one,
+        fuel_only(),
+        "PluginLimits::max_function_bytes",
+    );
+    let many = generated(20_000, 0, 1);
+    refused_before_compiling("many", &many, fuel_only(), "PluginLimits::max_functions");
+    let locals = generated(1, 5_000, 10);
+    refused_before_compiling("locals", &locals, fuel_only(), "PluginLimits::max_locals");
+    // Within the budgets it is compiled (and then refused for its missing exports).
+    let e = PluginModule::from_bytes("small", &generated(10, 10, 100), fuel_only(), Vec::new())
+        .expect_err("no exports");
+    assert!(matches!(e, SandboxError::MissingExport { .. }), "{e}");
+}
+
+#[test]
+fn compiling_past_the_deadline_is_refused() {
+    let bytes = wat_to_wasm(&fixture("(nop)", 0)).unwrap();
+    let limits = fuel_only().compile_deadline(Some(Duration::from_nanos(1)));
+    let e = PluginModule::from_bytes("slow", &bytes, limits, Vec::new()).expect_err("deadline");
+    assert!(matches!(e, SandboxError::CompileDeadline { .. }), "{e}");
+    assert!(
+        e.to_string().contains("PluginLimits::compile_deadline"),
+        "{e}"
+    );
+}
+
+/// A plugin that asks for 1-byte chunks without end gets out of memory at the cap, with a
+/// log line naming it; it is not quarantined, and the host keeps only `max_chunks` chunks.
+#[test]
+fn an_upstream_bomb_stops_at_the_chunk_cap() {
+    let bomb = "(loop $l (br_if $l (i32.ge_s (call $up_alloc (i64.const 1) (i64.const 256)) \
+                (i32.const 0)))) (return (i64.const -1))";
+    let g = gpu(GIB);
+    let limits = fuel_only().max_chunks(100);
+    let r = PluginResource::new(wat_module("bomb", &fixture(bomb, 4), limits), upstream(&g));
+    let good: Vec<DevicePtr> = (0..3u8)
+        .map(|i| {
+            let p = r.allocate(4096, S).unwrap();
+            fill(&g, p, 4096, i);
+            p
+        })
+        .collect();
+    let t = Instant::now();
+    let e = r
+        .allocate(4096, S)
+        .expect_err("the bomb answers out of memory");
+    assert!(matches!(e, MrError::OutOfMemory { .. }), "{e}");
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+    assert!(r.quarantined().is_none(), "out of memory is not a breach");
+    assert_eq!(r.stats().unwrap().chunks, 100, "held at the cap");
+    assert!(
+        r.logs()
+            .iter()
+            .any(|l| l.message.contains("PluginLimits::max_chunks")),
+        "{:?}",
+        r.logs()
+    );
+    for (i, &p) in good.iter().enumerate() {
+        assert!(holds(&g, p, 4096, i as u8), "allocation {i} corrupted");
+        r.deallocate(p, 4096, S).unwrap();
+    }
+}
+
+/// A plugin that logs in a loop keeps a few lines per call (the host's time on them is
+/// capped), and runs out of fuel; its earlier allocations are intact.
+#[test]
+fn a_log_flood_keeps_a_few_lines_per_call() {
+    let flood = "(loop $l (call $log (i32.const 2) (i32.const 0) (i32.const 15)) (br $l))";
+    let limits = fuel_only().fuel_per_call(Some(2_000_000));
+    let g = gpu(GIB);
+    let r = PluginResource::new(
+        wat_module("chatty", &fixture(flood, 2), limits),
+        upstream(&g),
+    );
+    let kept = r.allocate(4096, S).unwrap();
+    fill(&g, kept, 4096, 9);
+    let t = Instant::now();
+    assert!(r.allocate(4096, S).is_err(), "out of fuel");
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+    assert!(matches!(
+        r.quarantined().map(|b| b.fault),
+        Some(PluginFault::OutOfFuel { .. })
+    ));
+    let logs = r.logs();
+    // One line from the first call, 16 of the flood, and the host's note.
+    assert!(logs.len() <= 1 + 16 + 1, "{}", logs.len());
+    assert!(
+        logs.iter()
+            .any(|l| l.message.contains("PluginLimits::max_log_lines_per_call")),
+        "{logs:?}"
+    );
+    assert!(holds(&g, kept, 4096, 9));
+    r.deallocate(kept, 4096, S).unwrap();
+}
+
+/// A log range that runs past guest memory is refused as a whole, even though the host
+/// keeps only its first KiB.
+#[test]
+fn a_log_range_is_checked_before_it_is_cut() {
+    let wat = fixture(
+        "(call $log (i32.const 2) (i32.const 0) (i32.const 1000000))",
+        4,
+    );
+    contained(
+        "longwinded",
+        &wat,
+        fuel_only(),
+        broke(Rule::BadGuestPointer),
+    );
+}
+
+#[test]
+fn a_64_bit_memory_is_refused() {
+    let wat = fixture("(nop)", 0).replace(
+        "(memory (export \"memory\") 1)",
+        "(memory (export \"memory\") i64 1)",
+    );
+    let e = PluginModule::from_wat("wide", &wat, fuel_only(), Vec::new()).expect_err("memory64");
+    assert!(matches!(e, SandboxError::OverBudget { .. }), "{e}");
+    assert!(e.to_string().contains("64-bit memory"), "{e}");
+}
+
+/// A memory that starts larger than the cap is refused at load, naming emm's limit rather
+/// than the pooling allocator's.
+#[test]
+fn a_memory_over_the_cap_names_emms_limit() {
+    let wat = fixture("(nop)", 0).replace(
+        "(memory (export \"memory\") 1)",
+        "(memory (export \"memory\") 2000)",
+    );
+    let e = PluginModule::from_wat("vast", &wat, fuel_only(), Vec::new()).expect_err("too big");
+    let text = e.to_string();
+    assert!(text.contains("PluginLimits::memory_cap"), "{text}");
+    assert!(!text.contains("pool"), "{text}");
+}
+
+#[test]
+fn compile_errors_keep_their_whole_cause_chain() {
+    let wat = fixture("(nop)", 0).replace(
+        "(func (export \"emm_abi_version\") (result i32) (i32.const 1))",
+        "(func (export \"emm_abi_version\") (result i32) (i64.const 1))",
+    );
+    let e = PluginModule::from_wat("typo", &wat, fuel_only(), Vec::new()).expect_err("invalid");
+    assert!(matches!(e, SandboxError::Compile { .. }), "{e}");
+    assert!(e.to_string().contains("type mismatch"), "{e}");
+}
+
+#[test]
+fn a_text_file_named_wasm_is_refused_not_parsed() {
+    let path = std::env::temp_dir().join(format!("emm-text-{}.wasm", std::process::id()));
+    std::fs::write(&path, fixture("(nop)", 0)).unwrap();
+    let e = PluginModule::from_file(&path, fuel_only(), Vec::new()).expect_err("text");
+    let _ = std::fs::remove_file(&path);
+    assert!(matches!(e, SandboxError::NotWasm { .. }), "{e}");
+    assert!(e.to_string().contains("WAT"), "{e}");
+}
+
+/// Loading `path` as a plugin, in a thread: the error, or `None` when it did not return
+/// within 10 s (it blocked).
+fn load_within_10s(path: &std::path::Path) -> Option<SandboxError> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let path = path.to_path_buf();
+    std::thread::spawn(move || {
+        let _ = tx.send(PluginModule::from_file(&path, fuel_only(), Vec::new()).err());
+    });
+    rx.recv_timeout(Duration::from_secs(10)).ok().flatten()
+}
+
+/// A FIFO never blocks the load and `/dev/zero` is never read: neither is a regular file.
+#[cfg(unix)]
+#[test]
+fn a_fifo_or_a_device_is_refused_as_a_plugin_without_reading_it() {
+    let fifo = std::env::temp_dir().join(format!("emm-fifo-{}.wasm", std::process::id()));
+    let _ = std::fs::remove_file(&fifo);
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+    assert!(made.is_ok_and(|s| s.success()), "mkfifo");
+    let e = load_within_10s(&fifo).expect("the FIFO blocked the load");
+    let _ = std::fs::remove_file(&fifo);
+    assert!(e.to_string().contains("FIFO"), "{e}");
+    let e = load_within_10s(std::path::Path::new("/dev/zero")).expect("/dev/zero was read");
+    assert!(e.to_string().contains("character device"), "{e}");
+}
+
+/// The known-bad plugin `cargo xtask hardware` ships is this fixture as a bump allocator,
+/// compiled; `EMM_BLESS=1` writes it again.
+#[test]
+fn the_known_bad_binary_is_the_fixture_compiled() {
+    let wasm = wat_to_wasm(&fixture("(nop)", 0)).unwrap();
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/known_bad.wasm");
+    if std::env::var_os("EMM_BLESS").is_some() {
+        std::fs::write(&path, &wasm).unwrap();
+    }
+    assert_eq!(
+        std::fs::read(&path).ok(),
+        Some(wasm),
+        "{} is stale: run EMM_BLESS=1 cargo test -p emm-sandbox --test hostile known_bad",
+        path.display()
+    );
 }

@@ -17,7 +17,10 @@ const RUN_SH: &str = include_str!("../hardware/run.sh");
 const REPORT_PY: &str = include_str!("../hardware/report.py");
 /// The sandbox's hostile fixture, made a plain bump allocator below: it never frees, so it
 /// fails the contract on the simulator, and the gate must keep it off the GPU.
-const HOSTILE_WAT: &str = include_str!("../../sandbox/tests/fixtures/hostile.wat");
+/// The known-bad plugin: the sandbox's hostile fixture as a bump allocator that never frees,
+/// compiled to a wasm binary (a plugin file must be one; the sandbox's `hostile` test checks
+/// the binary is the fixture compiled).
+const KNOWN_BAD_WASM: &[u8] = include_bytes!("../../sandbox/tests/fixtures/known_bad.wasm");
 
 /// What `cargo xtask hardware` was asked.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -57,16 +60,6 @@ pub(crate) fn parse(rest: &[OsString]) -> Result<HardwareArgs, String> {
         }
     }
     Ok(args)
-}
-
-/// The known-bad plugin's text (wasmtime reads WAT as well as binary).
-fn known_bad_plugin() -> String {
-    HOSTILE_WAT
-        .replace("HOSTILE", "(nop)")
-        .replace("NTH", "0")
-        .replace("VERSION", "1")
-        .replace("INIT_STATUS", "0")
-        .replace("FREE_STATUS", "0")
 }
 
 /// The Python acceptance's scripts (`xtask/hardware/python/`), shipped in `python/`.
@@ -254,7 +247,9 @@ fn bundle(plugins: &[PathBuf]) -> Result<PathBuf, Failure> {
         }
         copy(p, &dir.join("wasm").join(name))?;
     }
-    write(&dir.join("gate/known_bad.wasm"), &known_bad_plugin())?;
+    let known_bad = dir.join("gate/known_bad.wasm");
+    std::fs::write(&known_bad, KNOWN_BAD_WASM)
+        .map_err(|e| fail(format!("cannot write {}: {e}", known_bad.display())))?;
     // The peers' harness sits beside the checkout (shared/peers); the bundle works without it.
     let peers = root.join("../shared/peers");
     if peers.is_dir() {
@@ -367,10 +362,7 @@ mod tests {
         let e = parse(&os(&["--plugin", "/nonexistent/x.wasm"])).unwrap_err();
         assert!(e.contains("give an existing .wasm file"), "{e}");
         assert!(parse(&os(&["--frob"])).is_err());
-        // The known-bad plugin is the fixture with every placeholder filled in.
-        let wat = known_bad_plugin();
-        assert!(["HOSTILE", "NTH", "VERSION", "INIT_STATUS", "FREE_STATUS"]
-            .iter()
-            .all(|p| !wat.contains(p)));
+        // The known-bad plugin is a wasm binary, not text.
+        assert!(KNOWN_BAD_WASM.starts_with(b"\0asm"));
     }
 }

@@ -2,18 +2,21 @@
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use emm_core::contract::ManagerFactory;
-use emm_sandbox::gate::{GatePolicy, Subject, VerdictStore};
-use emm_sandbox::{load_plugin, PluginFactory, PluginLimits};
+use emm_core::mr::{CudaResource, DeviceMemoryResource};
+use emm_sandbox::gate::{GatePolicy, Settings, Subject, VerdictStore};
+use emm_sandbox::{load_plugin, PluginFactory, PluginLimits, PluginResource, SandboxError};
+use emm_sim::{SimConfig, SimDriver};
 use serde_json::json;
 
 use super::progress::{on_stderr, use_color};
 use super::{
     backend, resolve_plugin, Args, Command, BACKENDS, EXIT_CANNOT_RUN, EXIT_FAIL, EXIT_PASS,
 };
-use crate::config::{seed_from, Config, DEFAULT_REGRESSIONS, SEED_VAR};
+use crate::config::{seed_from, Config, ProgressFn, DEFAULT_REGRESSIONS, SEED_VAR};
 use crate::replay::{load, replay};
 use crate::verdict::record_of;
 
@@ -28,8 +31,8 @@ pub const COMMAND: Command = Command {
 flags:
   --backend NAME       where to run: sim (the default) or cuda (the GPU of this machine)
   --seed N             the run's seed (default: $EMM_SEED, else the constant 20261127)
-  --cases N            random cases after the fixed scenarios (default 256)
-  --ops N              most operations in a case (default 64)
+  --cases N            random cases after the fixed scenarios (default 256, 1 to 1000000)
+  --ops N              most operations in a case (default 64, 1 to 10000)
   --threads N          cases run at once (default: every core)
   --regressions DIR    where failures are written (default .emm/regressions)
   --no-regressions     write no regression files
@@ -41,9 +44,12 @@ flags:
   --json               print the report as JSON (for CI)
   --no-color           no colours
 
-A .wasm plugin runs on a real GPU only after it has passed on the simulated one, at the
-depth EMM_GATE_MIN_DEPTH asks (default 256x64, the default depth here); EMM_GATE=warn
-lets an unchecked plugin through with a warning (never one that failed).
+A .wasm plugin runs on a real GPU only after it has passed on the simulated one, with the
+same config (EMM_PLUGIN_CONFIG) and limits, at the depth EMM_GATE_MIN_DEPTH asks (default
+256x64, the default depth here), and while no record of its bytes failed; EMM_GATE=warn
+lets an unchecked plugin through with a warning (never one that failed). Records are
+authenticated with a per-user key ($EMM_GATE_KEY, else ~/.config/emm/gate.key, made on
+first use); emm never removes or replaces a failing record.
 
 exit status: 0 all checks pass, 1 a check fails, 2 the plugin cannot be loaded or run
 ",
@@ -108,8 +114,8 @@ fn parse(mut a: Args) -> Result<Mode, Refusal> {
     let no_color = a.flag("--no-color");
     let backend_name = a.value("--backend")?;
     let seed = a.number::<u64>("--seed")?;
-    let cases = a.number::<usize>("--cases")?;
-    let ops = a.number::<usize>("--ops")?;
+    let cases = bounded(a.value("--cases")?, "--cases", MAX_CASES)?;
+    let ops = bounded(a.value("--ops")?, "--ops", MAX_OPS)?;
     let threads = a.number::<usize>("--threads")?;
     let dir = a.value("--regressions")?;
     let no_dir = a.flag("--no-regressions");
@@ -139,7 +145,7 @@ fn parse(mut a: Args) -> Result<Mode, Refusal> {
     }
     let mut config = Config::new(seed);
     config.cases = cases.unwrap_or(config.cases);
-    config.max_ops = ops.unwrap_or(config.max_ops).max(1);
+    config.max_ops = ops.unwrap_or(config.max_ops);
     if let Some(t) = threads {
         config = config.threads(t);
     }
@@ -164,6 +170,24 @@ fn parse(mut a: Args) -> Result<Mode, Refusal> {
     Ok(Mode::Check(plugin, config, out))
 }
 
+/// The most random cases `--cases` takes: a million cases run for minutes even against the
+/// fastest manager, and the count fits a verdict's depth.
+pub const MAX_CASES: usize = 1_000_000;
+/// The most operations `--ops` takes: a case is a vector of this many operations, made and
+/// shrunk on every thread at once.
+pub const MAX_OPS: usize = 10_000;
+
+/// The value of `flag`, a whole number from 1 to `max`.
+fn bounded(value: Option<String>, flag: &str, max: usize) -> Result<Option<usize>, String> {
+    let Some(v) = value else {
+        return Ok(None);
+    };
+    match v.trim().parse::<u64>() {
+        Ok(n) if n >= 1 && n <= max as u64 => Ok(Some(n as usize)),
+        _ => Err(format!("{flag} {v:?}: give a whole number from 1 to {max}")),
+    }
+}
+
 /// Plugins' panics are caught and reported as failures; their default message would only
 /// garble the progress bar. `EMM_SHOW_PANICS=1` shows them.
 fn quiet_panics() {
@@ -178,6 +202,8 @@ struct Loaded {
     factory: Arc<dyn ManagerFactory>,
     wasm: Option<PluginFactory>,
     subject: Option<Subject>,
+    /// A `.wasm` plugin's config and limits, which its verdict covers with its bytes.
+    settings: Option<Settings>,
 }
 
 /// Loads `plugin`: a `.wasm` path through the sandbox's one way in (hashed once, gated by
@@ -188,10 +214,12 @@ fn load_for_check(plugin: &str, policy: &GatePolicy) -> Result<Loaded, String> {
             .map_err(|e| e.to_string())?
             .with_gate(policy.clone());
         let subject = f.module().content_hash().map(Subject::wasm);
+        let settings = Some(f.module().settings());
         return Ok(Loaded {
             factory: Arc::new(crate::sandboxed::Sandboxed(f.clone())),
             wasm: Some(f),
             subject,
+            settings,
         });
     }
     let factory = resolve_plugin(plugin)?;
@@ -200,7 +228,36 @@ fn load_for_check(plugin: &str, policy: &GatePolicy) -> Result<Loaded, String> {
         factory,
         wasm: None,
         subject,
+        settings: None,
     })
+}
+
+/// Starts the plugin once on a fresh simulated GPU: a plugin that cannot start (another ABI
+/// version, `emm_init` refusing its config, a trap in its start function, a bad
+/// `emm_buffer`) cannot be checked at all, which is not the same as failing a check.
+fn starts(f: &PluginFactory) -> Result<(), SandboxError> {
+    let driver = SimDriver::new(SimConfig::new(0)).map_err(|e| SandboxError::Instantiate {
+        plugin: f.module().name().to_string(),
+        reason: format!("no simulated GPU to start it on: {e}"),
+    })?;
+    let upstream: Arc<dyn DeviceMemoryResource> =
+        Arc::new(CudaResource::<SimDriver>::new(Arc::new(driver)));
+    PluginResource::new(Arc::clone(f.module()), upstream).start()
+}
+
+/// Wraps `config`'s progress callback so that it also counts the cases that finished.
+fn count_cases(config: &mut Config) -> Arc<AtomicUsize> {
+    let done = Arc::new(AtomicUsize::new(0));
+    let inner = config.progress.take();
+    let counter = Arc::clone(&done);
+    let wrapped: ProgressFn = Arc::new(move |p| {
+        counter.fetch_max(p.done, Ordering::Relaxed);
+        if let Some(f) = &inner {
+            f(p);
+        }
+    });
+    config.progress = Some(wrapped);
+    done
 }
 
 fn check(plugin: &str, mut config: Config, out: &Output) -> i32 {
@@ -220,6 +277,11 @@ fn check(plugin: &str, mut config: Config, out: &Output) -> i32 {
             return cannot_run(plugin, &e.to_string(), json);
         }
     }
+    if let Some(f) = &loaded.wasm {
+        if let Err(e) = starts(f) {
+            return cannot_run(plugin, &format!("it cannot start: {e}"), json);
+        }
+    }
     match backend(&out.backend) {
         Ok(b) => config = config.backend(b),
         Err(e) => {
@@ -228,7 +290,11 @@ fn check(plugin: &str, mut config: Config, out: &Output) -> i32 {
         }
     }
     quiet_panics();
+    let done = count_cases(&mut config);
     let report = crate::runner::check(&*loaded.factory, &config);
+    // The random cases that actually ran: the depth a verdict records.
+    let fixed = crate::strategy::scenarios().len();
+    let ran = done.load(Ordering::Relaxed).saturating_sub(fixed);
     if json {
         println!("{}", report.to_json());
     } else {
@@ -240,7 +306,7 @@ fn check(plugin: &str, mut config: Config, out: &Output) -> i32 {
     if report.error.is_some() && on_sim && !out.no_verdict {
         eprintln!("emm check: no verdict recorded: the plugin could not be run");
     } else if let (true, false, Some(subject)) = (on_sim, out.no_verdict, loaded.subject) {
-        let record = record_of(&report, subject, &config);
+        let record = record_of(&report, subject, loaded.settings, &config, ran);
         match policy.get_store().save(&record) {
             Ok(path) => eprintln!("emm check: verdict recorded in {}", path.display()),
             Err(e) => eprintln!("emm check: warning: the verdict was not recorded: {e}"),

@@ -30,7 +30,7 @@ const HOSTILE: &str = r#"(module
 /// [`HOSTILE`], compiled once per soak.
 pub(super) fn hostile() -> Result<Arc<PluginModule>, String> {
     let limits = PluginLimits::default().deadline(None);
-    PluginModule::from_bytes("hostile", HOSTILE.as_bytes(), limits, Vec::new())
+    PluginModule::from_wat("hostile", HOSTILE, limits, Vec::new())
         .map(Arc::new)
         .map_err(|e| format!("the hostile plugin does not load: {e}"))
 }

@@ -38,8 +38,14 @@ impl Depth {
     pub fn parse(text: &str) -> Result<Depth, String> {
         let bad = || format!("{text:?} is not a depth; give CASESxOPS, e.g. 256x64");
         let (c, o) = text.trim().split_once(['x', 'X']).ok_or_else(bad)?;
-        let cases = c.trim().parse().map_err(|_| bad())?;
-        let max_ops = o.trim().parse().map_err(|_| bad())?;
+        let cases: u32 = c.trim().parse().map_err(|_| bad())?;
+        let max_ops: u32 = o.trim().parse().map_err(|_| bad())?;
+        if cases == 0 || max_ops == 0 {
+            return Err(format!(
+                "{text:?} asks for no cases or no operations, which checks nothing; give at \
+                 least 1x1, e.g. 256x64"
+            ));
+        }
         Ok(Depth { cases, max_ops })
     }
 
@@ -72,6 +78,8 @@ mod tests {
             Err("\"deep\" is not a depth; give CASESxOPS, e.g. 256x64".into())
         );
         assert!(Depth::parse("4x").is_err());
+        assert!(Depth::parse("0x64").unwrap_err().contains("checks nothing"));
+        assert!(Depth::parse("256x0").is_err());
         assert!(Depth::new(300, 64).covers(DEFAULT_MIN_DEPTH));
         assert!(!Depth::new(1000, 8).covers(DEFAULT_MIN_DEPTH));
         assert_eq!(DEFAULT_MIN_DEPTH.flags(), "");

@@ -37,6 +37,19 @@ pub enum GateError {
         /// The command that checks it deep enough.
         command: String,
     },
+    /// It passed deep enough, but only with another config blob or other limits than it is
+    /// loaded with now: a verdict covers the bytes with the settings they were checked with.
+    #[error("plugin {plugin} (sha256 {hash}) passed the EMM contract only with another config ({}) or other limits than it is loaded with now ({}); a verdict covers a plugin's bytes together with the config (EMM_PLUGIN_CONFIG) and the PluginLimits it was checked with; run `{command}` (emm check uses the default limits)", crate::factory::CONFIG_ENV_VAR, record.display())]
+    OtherSettings {
+        /// The plugin.
+        plugin: String,
+        /// Its hex sha256.
+        hash: String,
+        /// A passing record of other settings.
+        record: PathBuf,
+        /// The command that checks it with these settings.
+        command: String,
+    },
     /// A run of these exact bytes failed the contract: a counterexample exists.
     #[error("plugin {plugin} (sha256 {hash}) FAILED the EMM contract on the simulated GPU ({failed}; record {}): it may not run on a real GPU, and EMM_GATE=warn does not change that; fix the plugin, then check the new build with `{command}`", record.display())]
     Failed {
@@ -51,7 +64,8 @@ pub enum GateError {
         /// The command that checks a new build.
         command: String,
     },
-    /// A record of this plugin was edited by hand or corrupted: its checksum does not match.
+    /// A record of this plugin cannot be trusted: written or edited without the gate's key,
+    /// corrupted, or not a regular file.
     #[error("the verdict record {} of plugin {plugin} cannot be trusted ({reason}); the plugin is refused. Delete the record and run `{command}` again", record.display())]
     Tampered {
         /// The plugin.

@@ -3,7 +3,8 @@
 //!
 //! `emm check plugin.wasm` (on the simulator) writes a [`VerdictRecord`] into a
 //! [`VerdictStore`]: the sha256 of the plugin's bytes ([`ContentHash`]), the ABI and suite
-//! versions, the depth, seed, date and every check's result, sealed by a checksum. When a
+//! versions, the config and limits it ran with, the depth, seed, date and every check's
+//! result, authenticated by an HMAC under a per-user key kept outside the store. When a
 //! [`crate::PluginFactory`] makes a manager for a driver that is not simulated
 //! (`Driver::is_simulated`), it asks [`GatePolicy::admit`]: a passing, intact record of the
 //! plugin's exact bytes at [`GatePolicy::min_depth`] or deeper lets it through; otherwise a
@@ -23,7 +24,8 @@
 //! - [`subject`]: [`Subject`], what a verdict is about.
 //! - [`depth`]: [`Depth`] (cases × operations) and [`DEFAULT_MIN_DEPTH`].
 //! - [`check_verdict`]: [`CheckVerdict`], one check's outcome.
-//! - [`record`]: [`VerdictRecord`] and its checksum.
+//! - [`key`]: [`GateKey`], the per-user key records are authenticated with.
+//! - [`record`]: [`VerdictRecord`], its [`Settings`] and its MAC.
 //! - [`store`]: [`VerdictStore`], the folder of records (layout in its doc).
 //! - [`stored_record`]: [`StoredRecord`], one file of it, judged.
 //! - [`mode`]: [`GateMode`] and the override `EMM_GATE`.
@@ -36,6 +38,7 @@ pub mod check_verdict;
 pub mod content_hash;
 pub mod depth;
 pub mod error;
+pub mod key;
 pub mod mode;
 pub mod policy;
 pub mod record;
@@ -48,9 +51,10 @@ pub use check_verdict::CheckVerdict;
 pub use content_hash::ContentHash;
 pub use depth::{Depth, DEFAULT_MIN_DEPTH};
 pub use error::GateError;
+pub use key::{GateKey, KEY_VAR};
 pub use mode::{GateMode, GATE_VAR};
 pub use policy::{GatePolicy, MIN_DEPTH_VAR};
-pub use record::{utc_date, VerdictRecord, RECORD_FORMAT};
-pub use store::{VerdictStore, VERDICT_DIR_VAR};
+pub use record::{utc_date, Settings, VerdictRecord, RECORD_FORMAT};
+pub use store::{VerdictStore, MAX_RECORD_BYTES, VERDICT_DIR_VAR};
 pub use stored_record::StoredRecord;
 pub use subject::Subject;

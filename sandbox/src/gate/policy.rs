@@ -4,14 +4,15 @@
 use std::path::{Path, PathBuf};
 
 use super::admission::Admission;
-use super::content_hash::ContentHash;
 use super::depth::{Depth, DEFAULT_MIN_DEPTH};
 use super::error::GateError;
 use super::mode::{GateMode, GATE_VAR};
-use super::record::VerdictRecord;
+use super::record::{Settings, VerdictRecord};
 use super::store::VerdictStore;
 use super::subject::Subject;
 use crate::abi::ABI_VERSION;
+use crate::factory::CONFIG_ENV_VAR;
+use crate::module::PluginModule;
 
 /// The environment variable giving the minimum depth as `CASESxOPS` (default
 /// [`DEFAULT_MIN_DEPTH`], `256x64`).
@@ -32,6 +33,8 @@ struct Findings {
     failed: Option<(PathBuf, VerdictRecord)>,
     covering: Option<(PathBuf, Depth)>,
     deepest: Option<(PathBuf, Depth)>,
+    // A passing record deep enough, but of another config or other limits.
+    other_settings: Option<PathBuf>,
 }
 
 impl GatePolicy {
@@ -119,36 +122,44 @@ impl GatePolicy {
         self.mode
     }
 
-    /// The command that checks `plugin` (loaded from `source`) deep enough, recording the
-    /// verdict in this policy's store.
-    pub fn check_command(&self, plugin: &str, source: Option<&Path>) -> String {
+    /// The command that checks `plugin` (loaded from `source`, given the config blob
+    /// `config`) deep enough, recording the verdict in this policy's store.
+    pub fn check_command(&self, plugin: &str, source: Option<&Path>, config: &[u8]) -> String {
         let path = source.map_or_else(|| format!("{plugin}.wasm"), |p| p.display().to_string());
+        let env = if config.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "{CONFIG_ENV_VAR}={} ",
+                shell_quote(&String::from_utf8_lossy(config))
+            )
+        };
         format!(
-            "emm check {path} --verdicts {}{}",
+            "{env}emm check {path} --verdicts {}{}",
             self.store.dir().display(),
             self.min_depth.flags()
         )
     }
 
-    /// Whether plugin `plugin`, whose bytes hash to `hash` (`None`: loaded precompiled) and
-    /// which was loaded from `source`, may run on a real GPU. A warning an override gives is
-    /// returned in the admission, not printed.
+    /// Whether `module` (loaded from `source`) may run on a real GPU. A warning an override
+    /// gives is returned in the admission, not printed.
     ///
-    /// Refused, unless an override says otherwise: any record of these bytes that cannot be
-    /// trusted; any failing record (a counterexample exists, whatever else passed); no
-    /// passing record at the minimum depth under this host's ABI version.
+    /// Refused, unless an override says otherwise: any record of its bytes that cannot be
+    /// trusted; any failing record of its bytes, whatever config or limits it was checked
+    /// with (a counterexample exists, whatever else passed); no passing record at the minimum
+    /// depth under this host's ABI version with the module's own config blob and limits.
     ///
     /// # Errors
     ///
     /// The [`GateError`] that says why, and which command to run.
     pub fn admit(
         &self,
-        plugin: &str,
-        hash: Option<ContentHash>,
+        module: &PluginModule,
         source: Option<&Path>,
     ) -> Result<Admission, GateError> {
-        let command = self.check_command(plugin, source);
-        let Some(hash) = hash else {
+        let plugin = module.name();
+        let command = self.check_command(plugin, source, module.config());
+        let Some(hash) = module.content_hash() else {
             return self.unless_overridden(
                 plugin,
                 false,
@@ -157,7 +168,7 @@ impl GatePolicy {
                 },
             );
         };
-        let found = self.findings(&Subject::wasm(hash))?;
+        let found = self.findings(&Subject::wasm(hash), &module.settings())?;
         let hash = hash.to_hex();
         if let Some((record, reason)) = found.tampered {
             let e = GateError::Tampered {
@@ -186,8 +197,8 @@ impl GatePolicy {
         if let Some((record, depth)) = found.covering {
             return Ok(Admission::Verified { record, depth });
         }
-        let e = match found.deepest {
-            Some((record, best)) => GateError::TooShallow {
+        let e = match (found.deepest, found.other_settings) {
+            (Some((record, best)), _) => GateError::TooShallow {
                 plugin: plugin.to_string(),
                 hash,
                 best,
@@ -195,7 +206,13 @@ impl GatePolicy {
                 record,
                 command,
             },
-            None => GateError::Unchecked {
+            (None, Some(record)) => GateError::OtherSettings {
+                plugin: plugin.to_string(),
+                hash,
+                record,
+                command,
+            },
+            (None, None) => GateError::Unchecked {
                 plugin: plugin.to_string(),
                 hash,
                 store: self.store.dir().to_path_buf(),
@@ -205,7 +222,7 @@ impl GatePolicy {
         self.unless_overridden(plugin, false, e)
     }
 
-    fn findings(&self, subject: &Subject) -> Result<Findings, GateError> {
+    fn findings(&self, subject: &Subject, settings: &Settings) -> Result<Findings, GateError> {
         let mut f = Findings::default();
         for stored in self.store.records(subject)? {
             let (path, r) = match stored.record {
@@ -215,10 +232,17 @@ impl GatePolicy {
                 }
                 Ok(r) => (stored.path, r),
             };
+            let ran = r.depth.cases > 0 && r.depth.max_ops > 0;
             if !r.passed {
                 f.failed.get_or_insert((path, r));
-            } else if r.abi_version != ABI_VERSION || r.backend != "sim" {
-                // Passed under another ABI, or not on the simulator: it vouches for nothing here.
+            } else if r.abi_version != ABI_VERSION || r.backend != "sim" || !ran {
+                // Passed under another ABI, not on the simulator, or without running a case:
+                // it vouches for nothing here.
+            } else if r.settings.as_ref() != Some(settings) {
+                // Checked with another config or other limits: it vouches for those only.
+                if r.depth.covers(self.min_depth) {
+                    f.other_settings.get_or_insert(path);
+                }
             } else if r.depth.covers(self.min_depth) {
                 f.covering.get_or_insert((path, r.depth));
             } else {
@@ -258,5 +282,30 @@ impl GatePolicy {
             ),
         };
         Ok(Admission::Overridden { warning })
+    }
+}
+
+/// `text` as one word of a POSIX shell: in single quotes unless it is plain.
+fn shell_quote(text: &str) -> String {
+    let plain = !text.is_empty()
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "=_-.,/:+".contains(c));
+    if plain {
+        text.to_string()
+    } else {
+        format!("'{}'", text.replace('\'', r"'\''"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn configs_are_quoted_for_the_shell() {
+        assert_eq!(shell_quote("chunk_bytes=1048576"), "chunk_bytes=1048576");
+        assert_eq!(shell_quote("a b"), "'a b'");
+        assert_eq!(shell_quote("it's"), r"'it'\''s'");
     }
 }

@@ -1,11 +1,10 @@
 //! [`VerdictRecord`]: the verdict of one `emm check` run on the simulated GPU, as a small
-//! JSON file of the verdict store, sealed by a checksum over its fields.
+//! JSON file of the verdict store, authenticated by an HMAC over its fields.
 //!
-//! The checksum is the sha256 of a fixed prefix and the record's fields (the record as JSON
-//! with the checksum left empty). It detects a record edited by hand or corrupted: a changed
-//! hash, verdict, depth or check no longer matches. It is **not a signature**: anyone who
-//! knows this scheme can write a record that passes, so the store must be writable only by
-//! those trusted to run `emm check`.
+//! The MAC is HMAC-SHA256, under the per-user [`GateKey`] kept outside the store, of a fixed
+//! prefix and the record's fields (the record as JSON with the MAC left empty). A record
+//! written or edited by anyone without the key — a changed hash, verdict, depth, config or
+//! check — does not authenticate, and the gate refuses the plugin.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -15,13 +14,36 @@ use sha2::{Digest, Sha256};
 use super::check_verdict::CheckVerdict;
 use super::content_hash::hex;
 use super::depth::Depth;
+use super::key::GateKey;
 use super::subject::Subject;
+use crate::limits::PluginLimits;
 
-/// The record format this emm writes and reads.
-pub const RECORD_FORMAT: u32 = 1;
+/// The record format this emm writes and reads (2: authenticated by HMAC, with the settings).
+pub const RECORD_FORMAT: u32 = 2;
 
-/// What the checksum is computed over, before the fields.
-const CHECKSUM_PREFIX: &[u8] = b"emm-verdict-v1\n";
+/// What the MAC is computed over, before the fields.
+const MAC_CONTEXT: &[u8] = b"emm-verdict-v2\n";
+
+/// What a `.wasm` plugin was checked with besides its bytes: its config blob and its limits.
+/// A verdict vouches for the plugin only with the same settings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    /// The hex sha256 of the config blob `emm_init` received (`EMM_PLUGIN_CONFIG`).
+    pub config_sha256: String,
+    /// The limits it ran under, as [`PluginLimits::fingerprint`] writes them.
+    pub limits: String,
+}
+
+impl Settings {
+    /// The settings of a plugin given `config` and run under `limits`.
+    pub fn of(config: &[u8], limits: &PluginLimits) -> Settings {
+        Settings {
+            config_sha256: hex(&Sha256::digest(config)),
+            limits: limits.fingerprint(),
+        }
+    }
+}
 
 /// The verdict of one conformance run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -31,6 +53,8 @@ pub struct VerdictRecord {
     pub format: u32,
     /// What was checked.
     pub subject: Subject,
+    /// The config and limits a `.wasm` plugin was checked with (`None` for a built-in).
+    pub settings: Option<Settings>,
     /// The plugin as it was named on the command line (a path or a built-in's name).
     pub plugin: String,
     /// The plugin ABI version of the host that ran it (`abi::ABI_VERSION`).
@@ -39,7 +63,8 @@ pub struct VerdictRecord {
     pub suite: String,
     /// Where it ran: `sim` (only simulator runs are recorded).
     pub backend: String,
-    /// How deep the run went.
+    /// How deep the run went: the random cases that actually ran, and the most operations
+    /// of one.
     pub depth: Depth,
     /// The run's seed (`EMM_SEED=<seed> emm check …` runs it again).
     pub seed: u64,
@@ -51,49 +76,44 @@ pub struct VerdictRecord {
     pub error: Option<String>,
     /// Every check, in the suite's order.
     pub checks: Vec<CheckVerdict>,
-    /// `sha256:<hex>` over the other fields (see the module's doc).
-    pub checksum: String,
+    /// `hmac-sha256:<hex>` over the other fields (see the module's doc).
+    pub mac: String,
 }
 
 impl VerdictRecord {
-    /// The record with its checksum computed over its other fields.
-    pub fn sealed(mut self) -> VerdictRecord {
-        self.checksum = self.expected_checksum();
+    /// The record with its MAC computed under `key`.
+    pub fn sealed(mut self, key: &GateKey) -> VerdictRecord {
+        self.mac = key.mac(&[MAC_CONTEXT, &self.body()]);
         self
     }
 
-    /// The checksum the fields call for.
-    pub fn expected_checksum(&self) -> String {
+    /// The fields the MAC covers: the record as JSON with the MAC empty.
+    fn body(&self) -> Vec<u8> {
         let mut fields = self.clone();
-        fields.checksum = String::new();
+        fields.mac = String::new();
         // Serializing plain structs, strings and integers cannot fail; an empty body would
-        // only make every record mismatch, never match.
-        let body = serde_json::to_vec(&fields).unwrap_or_default();
-        let mut h = Sha256::new();
-        h.update(CHECKSUM_PREFIX);
-        h.update(&body);
-        format!("sha256:{}", hex(&h.finalize()))
+        // only make every record fail to authenticate, never pass.
+        serde_json::to_vec(&fields).unwrap_or_default()
     }
 
-    /// Checks the format and the checksum.
+    /// Checks the format and the MAC under `key`.
     ///
     /// # Errors
     ///
-    /// Why the record cannot be trusted: another format, or fields that do not match the
-    /// checksum (edited by hand, or corrupted).
-    pub fn verify(&self) -> Result<(), String> {
+    /// Why the record cannot be trusted: another format, or a MAC that `key` did not make
+    /// over these fields (written or edited without the key, or corrupted).
+    pub fn verify(&self, key: &GateKey) -> Result<(), String> {
         if self.format != RECORD_FORMAT {
             return Err(format!(
                 "record format {} (this emm reads format {RECORD_FORMAT})",
                 self.format
             ));
         }
-        let expected = self.expected_checksum();
-        if self.checksum != expected {
+        if !key.verifies(&[MAC_CONTEXT, &self.body()], &self.mac) {
             return Err(format!(
-                "its checksum {} does not match its fields ({expected}): a field was changed \
-                 after emm check wrote it",
-                self.checksum
+                "its MAC {:?} does not authenticate its fields under this user's gate key: it \
+                 was written or changed by something other than emm check with this key",
+                self.mac
             ));
         }
         Ok(())
@@ -161,6 +181,7 @@ mod tests {
         VerdictRecord {
             format: RECORD_FORMAT,
             subject: Subject::wasm(ContentHash::of(b"plugin")),
+            settings: Some(Settings::of(b"", &PluginLimits::default())),
             plugin: "p.wasm".into(),
             abi_version: 1,
             suite: "emm-conformance 0.1.0".into(),
@@ -176,29 +197,40 @@ mod tests {
                 skipped: false,
                 failure: None,
             }],
-            checksum: String::new(),
+            mac: String::new(),
         }
-        .sealed()
+        .sealed(&key())
+    }
+
+    fn key() -> GateKey {
+        GateKey::from_bytes([3; 32])
     }
 
     #[test]
     fn a_sealed_record_verifies_and_an_edited_one_does_not() {
         let r = record();
-        assert_eq!(r.verify(), Ok(()));
+        assert_eq!(r.verify(&key()), Ok(()));
+        assert!(r.verify(&GateKey::from_bytes([4; 32])).is_err());
         let back = VerdictRecord::from_json(&r.to_json()).unwrap();
         assert_eq!(back, r);
         let mut edited = r.clone();
         edited.passed = false;
-        assert!(edited.verify().unwrap_err().contains("does not match"));
+        assert!(edited
+            .verify(&key())
+            .unwrap_err()
+            .contains("does not authenticate"));
         let mut edited = r.clone();
         edited.subject = Subject::wasm(ContentHash::of(b"other"));
-        assert!(edited.verify().is_err());
+        assert!(edited.verify(&key()).is_err());
         let mut edited = r.clone();
         edited.depth.cases = 4000;
-        assert!(edited.verify().is_err());
+        assert!(edited.verify(&key()).is_err());
+        let mut edited = r.clone();
+        edited.settings = Some(Settings::of(b"chunk_bytes=1", &PluginLimits::default()));
+        assert!(edited.verify(&key()).is_err());
         let mut other = r;
-        other.format = 2;
-        assert!(other.verify().unwrap_err().contains("format 2"));
+        other.format = 1;
+        assert!(other.verify(&key()).unwrap_err().contains("format 1"));
         assert!(VerdictRecord::from_json("{\"format\": 1}").is_err());
     }
 

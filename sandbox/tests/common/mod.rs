@@ -66,8 +66,7 @@ pub fn manager(g: &Arc<SimDriver>, name: &str, config: &str) -> PluginManager {
 /// A module from WAT text.
 pub fn wat_module(name: &str, wat: &str, limits: PluginLimits) -> Arc<PluginModule> {
     Arc::new(
-        PluginModule::from_bytes(name, wat.as_bytes(), limits, Vec::new())
-            .unwrap_or_else(|e| panic!("{e}")),
+        PluginModule::from_wat(name, wat, limits, Vec::new()).unwrap_or_else(|e| panic!("{e}")),
     )
 }
 
