@@ -105,12 +105,16 @@ pub(crate) fn python_wheel() -> Result<(), Failure> {
         eprintln!("==> python wheel: skipped, python3 is not installed");
         return Ok(());
     }
+    // A fresh venv, and no setuptools build folder left from an earlier build: its files
+    // would go into the wheel beside the new ones.
     let venv = root.join(WHEEL_VENV);
-    if venv.exists() {
-        std::fs::remove_dir_all(&venv).map_err(|e| Failure {
-            step: "python wheel".to_owned(),
-            reason: format!("cannot remove the old {}: {e}", venv.display()),
-        })?;
+    for dir in [venv.clone(), root.join("capi").join("build")] {
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir).map_err(|e| Failure {
+                step: "python wheel".to_owned(),
+                reason: format!("cannot remove the old {}: {e}", dir.display()),
+            })?;
+        }
     }
     let mut make_venv = std::process::Command::new("python3");
     make_venv.args(["-m", "venv"]).arg(&venv);
