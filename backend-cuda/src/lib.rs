@@ -1,5 +1,23 @@
 //! emm-cuda: emm's [`emm_core::Driver`] on a real NVIDIA GPU, through cudarc's driver API
-//! bindings (CUDA 13.0, loaded at run time: no CUDA toolkit is needed to build).
+//! bindings (by default CUDA 13.0, loaded at run time: no CUDA toolkit is needed to build).
+//!
+//! # cudarc's choices belong to the final binary
+//!
+//! emm-cuda forwards cudarc's CUDA-version features (`cuda-12020` to `cuda-13040`,
+//! `cuda-version-from-build-system`) and its linking modes (`dynamic-loading`,
+//! `dynamic-linking`, `static-linking`). The defaults are `cuda-13000` and `dynamic-loading`; a
+//! binary that wants others turns them off and picks exactly one of each, here rather than on
+//! its own cudarc dependency (cudarc refuses two versions or two linking modes, and emm-cuda
+//! only knows the linking mode chosen through its own features):
+//!
+//! ```toml
+//! emm-cuda = { version = "0.1", default-features = false, features = ["cuda-12040", "dynamic-linking"] }
+//! ```
+//!
+//! Minimum NVIDIA driver: one that supports CUDA 12.2 (Linux 535.54.03, Windows 536.25), the
+//! release that added `cuMemAdvise_v2` and `cuMemPrefetchAsync_v2`, the newest driver entry
+//! points emm-cuda calls; for the same reason CUDA 12.2 is the oldest version feature offered.
+//! A driver older than the chosen bindings still works as long as it has those entry points.
 //!
 //! Modules:
 //! - `result`: one function per CUDA driver call, returning `DriverResult`; all raw `unsafe`.

@@ -38,9 +38,17 @@ fn check_code(call: &'static str, code: i32, asked: impl FnOnce() -> String) -> 
 
 /// Whether `libcuda` can be loaded at all; cudarc panics on a missing library, so every other
 /// call here must come after this returned true.
+#[cfg(feature = "dynamic-loading")]
 pub fn driver_present() -> bool {
     // SAFETY: only tries to open the library by name; no symbol is called.
     unsafe { sys::is_culib_present() }
+}
+
+/// Linked against `libcuda` (`dynamic-linking`, `static-linking`): the program could not have
+/// started without it.
+#[cfg(not(feature = "dynamic-loading"))]
+pub fn driver_present() -> bool {
+    true
 }
 
 /// [cuInit](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__INITIALIZE.html)

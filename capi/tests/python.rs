@@ -43,3 +43,17 @@ fn the_python_package_works_over_the_simulated_gpu() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The Python package states the crate's version (`emm.__version__`, and through it the
+/// wheel's, which pyproject.toml reads from the same file).
+#[test]
+fn the_python_package_has_the_crate_version() {
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/emm/_version.py");
+    let text = std::fs::read_to_string(&file).expect("python/emm/_version.py is readable");
+    let expected = format!("__version__ = \"{}\"", env!("CARGO_PKG_VERSION"));
+    assert!(
+        text.lines().any(|l| l.trim() == expected),
+        "{} should hold the line `{expected}`",
+        file.display()
+    );
+}

@@ -1,7 +1,10 @@
 //! `cargo xtask`: emm's developer commands, written with std only.
 //!
 //! - `test`: install what the build needs, build the wasm plugins, then fmt check, clippy, the
-//!   workspace tests and the loom model checks (CI runs this through `.ci/run`).
+//!   workspace tests, the installed Python package's tests, `cargo package`, a downstream
+//!   cudarc user's build (see [`packaging`]) and the loom model checks (CI runs this through
+//!   `.ci/run`).
+//! - `install-checks`: the [`packaging`] steps of `test` alone.
 //! - `wasm`: build the guest plugins of `plugins/` for wasm32-unknown-unknown in release and copy
 //!   the `.wasm` files to `target/wasm/`, where the sandbox's tests and benchmarks find them.
 //! - `demo [args...]`: the simulated GPU's scripted demo (`emm-sim`'s `demo` example).
@@ -22,6 +25,7 @@ use std::path::PathBuf;
 use std::process::{Command, ExitCode, Stdio};
 
 mod hardware;
+mod packaging;
 mod reliability;
 
 /// The usage text for `help`, no arguments, or a bad command line.
@@ -31,8 +35,13 @@ usage: cargo xtask <command> [args...]
 commands:
   test             install the targets and components the build needs, build the wasm
                    plugins, then cargo fmt --check, cargo clippy -D warnings, the
-                   workspace tests and the loom model checks (cargo xtask loom)
+                   workspace tests, the Python package installed from ./capi into a fresh
+                   venv and its tests, cargo package of every crate, a downstream cudarc
+                   crate's check, and the loom model checks (cargo xtask loom)
                    (the same command CI runs via .ci/run)
+  install-checks   the part of `test` that checks emm installs as its users install it: the
+                   Python package from ./capi in a fresh venv and its tests, cargo package
+                   of every crate, a downstream cudarc crate's check
   wasm             build the wasm plugins (plugins/, release, wasm32-unknown-unknown) into
                    target/wasm/ (the build itself goes to target/wasm-build/)
   demo [args...]   run the simulated GPU through a scripted workload (emm-sim's demo example;
@@ -98,6 +107,8 @@ fn main() -> ExitCode {
             }
             "test" => no_args("test", &rest).unwrap_or_else(|| result(test())),
             "wasm" => no_args("wasm", &rest).unwrap_or_else(|| result(wasm())),
+            "install-checks" => no_args("install-checks", &rest)
+                .unwrap_or_else(|| result(packaging::install_checks())),
             "demo" => result(demo(&rest)),
             "bench" => no_args("bench", &rest).unwrap_or_else(|| result(bench())),
             "soak" => result(reliability::soak(&rest)),
@@ -167,6 +178,7 @@ fn test() -> Result<(), Failure> {
     } else {
         run("test", cargo(["test", "--workspace"]))?;
     }
+    packaging::install_checks()?;
     // At most 4 preemptions (both races loom found showed at 2): with the shards' growth
     // locking every shard, 5 took 5 minutes here; `cargo xtask loom` goes deeper.
     reliability::loom(&["--preemptions".into(), "4".into()])?;

@@ -1,14 +1,18 @@
 """ctypes bindings over emm's C ABI (``capi/include/emm.h``) and the errors they raise.
 
-The library is found, in order: the path in ``EMM_LIBRARY``; ``libemm.so`` beside this
-package (where the hardware bundle puts it); the checkout's ``target/release`` then
-``target/debug`` (``cargo build -p emm-capi``).
+The library is found, in order: the path in ``EMM_LIBRARY``; the library inside this package
+(``libemm*.so``: the installed wheel's ``libemm.cpython-*.so``, or ``libemm.so`` where the
+hardware bundle puts it); the checkout's ``target/release`` then ``target/debug`` (``cargo
+build -p emm-capi``).
 """
+
+from __future__ import annotations
 
 import ctypes
 import os
 import threading
 from pathlib import Path
+from typing import Any, List, Tuple
 
 ABI_VERSION = 1
 IPC_HANDLE_SIZE = 64
@@ -34,7 +38,7 @@ IO = 9
 class EmmError(RuntimeError):
     """A call into emm failed; ``status`` is the ``EMM_STATUS_*`` code."""
 
-    def __init__(self, status, message):
+    def __init__(self, status: int, message: str):
         super().__init__(message)
         self.status = status
 
@@ -47,20 +51,21 @@ class UnsupportedError(EmmError, NotImplementedError):
     """The manager does not offer this operation (``EMM_STATUS_UNSUPPORTED``)."""
 
 
-def _candidates():
+def _candidates() -> List[Path]:
     env = os.environ.get("EMM_LIBRARY")
     if env:
         return [Path(env)]
     here = Path(__file__).resolve().parent
     root = here.parent.parent.parent
-    return [
-        here / "libemm.so",
+    # Sorted, so the choice is the same on every run should a package hold two.
+    bundled = sorted(here.glob("libemm*.so")) or [here / "libemm.so"]
+    return bundled + [
         root / "target" / "release" / "libemm.so",
         root / "target" / "debug" / "libemm.so",
     ]
 
 
-def library_path():
+def library_path() -> str:
     """The path of the emm library this package loads."""
     tried = _candidates()
     for p in tried:
@@ -120,7 +125,7 @@ _lock = threading.Lock()
 _lib = None
 
 
-def lib():
+def lib() -> Any:
     """The loaded library, with every prototype set (loaded once, on first use)."""
     global _lib
     if _lib is not None:
@@ -143,14 +148,14 @@ def lib():
     return _lib
 
 
-def last_error():
+def last_error() -> Tuple[int, str]:
     """The calling thread's last error: ``(status, message)``."""
     l = lib()
     msg = l.emm_last_error_message() or b""
     return l.emm_last_error_code(), msg.decode("utf-8", "replace")
 
 
-def error_for(status, message):
+def error_for(status: int, message: str) -> EmmError:
     """The exception for ``status``."""
     if status == OUT_OF_MEMORY:
         return OutOfMemoryError(status, message)
@@ -159,14 +164,14 @@ def error_for(status, message):
     return EmmError(status, message)
 
 
-def check(status):
+def check(status: int) -> None:
     """Raises the thread's last error when ``status`` is not OK."""
     if status != OK:
         _, message = last_error()
         raise error_for(status, message)
 
 
-def stream_ptr(stream):
+def stream_ptr(stream: Any) -> int:
     """A raw stream handle (an int) from an int, None, or an object with ``.ptr`` / ``.cuda_stream``
     / ``.handle`` (CuPy, PyTorch, Numba streams)."""
     if stream is None:

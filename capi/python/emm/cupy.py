@@ -6,7 +6,10 @@ ordering with it, as CuPy's own pool) and wrapped in ``cupy.cuda.UnownedMemory``
 frees it, on the same stream, when CuPy drops it. Size 0 needs no memory and gets none.
 """
 
+from __future__ import annotations
+
 import ctypes
+from typing import Any
 
 import cupy
 
@@ -31,7 +34,7 @@ class _Allocation:
                 pass
 
 
-def allocator(nbytes):
+def allocator(nbytes: int) -> Any:
     """A ``cupy.cuda.MemoryPointer`` to ``nbytes`` bytes from emm on the current device and
     stream; raises ``cupy.cuda.memory.OutOfMemoryError`` when memory runs out."""
     device = cupy.cuda.runtime.getDevice()
@@ -56,11 +59,11 @@ def allocator(nbytes):
     return cupy.cuda.MemoryPointer(mem, 0)
 
 
-def use_emm():
+def use_emm() -> None:
     """Makes emm CuPy's device allocator (``cupy.cuda.set_allocator``), process-wide."""
     cupy.cuda.set_allocator(allocator)
 
 
-def use_cupy_pool():
+def use_cupy_pool() -> None:
     """Gives CuPy back its own memory pool."""
     cupy.cuda.set_allocator(cupy.get_default_memory_pool().malloc)

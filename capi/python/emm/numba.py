@@ -11,10 +11,13 @@ either way. ``reset`` frees every allocation of the context (Numba's rule) and g
 manager's cached memory back to the driver.
 """
 
+from __future__ import annotations
+
 import contextlib
 import ctypes
 import inspect
 import weakref
+from typing import Any, Iterator
 
 from numba import cuda
 from numba.cuda import HostOnlyCUDAMemoryManager, IpcHandle, MemoryPointer
@@ -107,7 +110,7 @@ def _raise(status, message):
 class EMMNumbaManager(HostOnlyCUDAMemoryManager):
     """Numba EMM plugin over emm's process-wide manager (interface version 1)."""
 
-    def __init__(self, *args, context=None, **kwargs):
+    def __init__(self, *args: Any, context: Any = None, **kwargs: Any):
         super().__init__(*args, context=context, **kwargs)
 
     @property
@@ -118,7 +121,7 @@ class EMMNumbaManager(HostOnlyCUDAMemoryManager):
         ident = getattr(device, "id", None)
         return int(device if ident is None else ident)
 
-    def initialize(self):
+    def initialize(self) -> None:
         # Idempotent: loads the library and makes the device's manager on first call only.
         _lib.lib()
         free, total = ctypes.c_size_t(), ctypes.c_size_t()
@@ -132,7 +135,7 @@ class EMMNumbaManager(HostOnlyCUDAMemoryManager):
             return cls(self.context, ptr, size, finalizer=finalizer)
         return cls(ptr, size, finalizer=finalizer)
 
-    def memalloc(self, size):
+    def memalloc(self, size: int) -> Any:
         size = int(size)
         if size == 0:
             return self._pointer(MemoryPointer, 0, 0, None)
@@ -145,7 +148,7 @@ class EMMNumbaManager(HostOnlyCUDAMemoryManager):
         owner = self.allocations[addr] = _Allocation(addr)
         return self._pointer(MemoryPointer, addr, size, _finalizer(addr, owner, self.allocations))
 
-    def memallocmanaged(self, size, attach_global):
+    def memallocmanaged(self, size: int, attach_global: bool) -> Any:
         size = int(size)
         out = ctypes.c_void_p()
         status = _lib.lib().emm_managed_alloc(size, self._device, 1 if attach_global else 0, ctypes.byref(out))
@@ -162,14 +165,14 @@ class EMMNumbaManager(HostOnlyCUDAMemoryManager):
         owner.keep = mem
         return own()
 
-    def get_memory_info(self):
+    def get_memory_info(self) -> Any:
         free, total = ctypes.c_size_t(), ctypes.c_size_t()
         status = _lib.lib().emm_memory_info(self._device, ctypes.byref(free), ctypes.byref(total))
         if status != _lib.OK:
             _raise(status, _lib.last_error()[1])
         return _MemoryInfo(free=free.value, total=total.value)
 
-    def get_ipc_handle(self, memory):
+    def get_ipc_handle(self, memory: Any) -> Any:
         raw = ctypes.create_string_buffer(_lib.IPC_HANDLE_SIZE)
         offset = ctypes.c_size_t()
         status = _lib.lib().emm_ipc_get_handle(_address(memory), int(memory.size), raw, ctypes.byref(offset))
@@ -178,12 +181,12 @@ class EMMNumbaManager(HostOnlyCUDAMemoryManager):
         source_info = self.context.device.get_device_identity()
         return IpcHandle(memory, _ipc_handle(raw.raw), memory.size, source_info, offset=offset.value)
 
-    def reset(self):
+    def reset(self) -> None:
         super().reset()
         _lib.check(_lib.lib().emm_reset(self._device))
 
     @contextlib.contextmanager
-    def defer_cleanup(self):
+    def defer_cleanup(self) -> Iterator[None]:
         with super().defer_cleanup():
             token = ctypes.c_uint64()
             _lib.check(_lib.lib().emm_defer_cleanup_begin(self._device, ctypes.byref(token)))
@@ -193,7 +196,7 @@ class EMMNumbaManager(HostOnlyCUDAMemoryManager):
                 _lib.check(_lib.lib().emm_defer_cleanup_end(token.value))
 
     @property
-    def interface_version(self):
+    def interface_version(self) -> int:
         return 1
 
 

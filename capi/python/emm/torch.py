@@ -11,7 +11,10 @@ NULL and records the error: :func:`check` (or the :func:`raise_on_oom` context m
 it into ``torch.cuda.OutOfMemoryError``; :func:`empty` allocates through emm and raises at once.
 """
 
+from __future__ import annotations
+
 import contextlib
+from typing import Any, Iterator
 
 import torch
 
@@ -24,7 +27,7 @@ class AllocatorError(RuntimeError):
     """``use_emm`` was called too late, or PyTorch refused the allocator."""
 
 
-def use_emm():
+def use_emm() -> Any:
     """Makes emm PyTorch's CUDA allocator. Must come before PyTorch's own allocator serves a
     CUDA tensor; raises :class:`AllocatorError` otherwise. Calling it again is harmless."""
     global _allocator
@@ -45,12 +48,12 @@ def use_emm():
     return alloc
 
 
-def in_use():
+def in_use() -> bool:
     """Whether :func:`use_emm` made emm PyTorch's allocator."""
     return _allocator is not None
 
 
-def check():
+def check() -> None:
     """Raises ``torch.cuda.OutOfMemoryError`` (or ``emm.EmmError``) if an emm allocation on
     this thread failed since the last check, and forgets the failure."""
     status, message = _lib.last_error()
@@ -63,7 +66,7 @@ def check():
 
 
 @contextlib.contextmanager
-def raise_on_oom():
+def raise_on_oom() -> Iterator[None]:
     """Runs the block and then :func:`check`: an emm allocation that failed inside it raises
     ``torch.cuda.OutOfMemoryError`` on leaving."""
     _lib.lib().emm_clear_last_error()
@@ -71,7 +74,7 @@ def raise_on_oom():
     check()
 
 
-def empty(*size, dtype=torch.float32, device=None):
+def empty(*size: int, dtype: Any = torch.float32, device: Any = None) -> Any:
     """``torch.empty`` on CUDA that raises ``torch.cuda.OutOfMemoryError`` at once when emm
     cannot serve it (instead of handing back a tensor without memory)."""
     _lib.lib().emm_clear_last_error()

@@ -1,6 +1,8 @@
 """emm's Python package over the simulated GPU (EMM_BACKEND=sim, two devices of 1 GiB):
 the pure-Python parts, with stand-ins for numba-cuda, CuPy and PyTorch (tests/fakes.py).
 Run: EMM_LIBRARY=target/debug/libemm.so python3 -m unittest discover -s capi/python/tests
+With EMM_TEST_INSTALLED=1 they test the installed package (``pip install ./capi``) instead of
+this checkout's sources, and check that it loads the library it carries.
 """
 
 import ctypes
@@ -14,7 +16,10 @@ os.environ.setdefault("EMM_BACKEND", "sim")
 os.environ.setdefault("EMM_SIM_DEVICES", "2")
 os.environ.setdefault("EMM_SIM_MEMORY", str(1 << 30))
 os.environ.pop("EMM_MEMORY_MANAGER", None)
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+SOURCES = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+INSTALLED = os.environ.get("EMM_TEST_INSTALLED") == "1"
+if not INSTALLED:
+    sys.path.insert(0, SOURCES)
 sys.path.insert(0, os.path.dirname(__file__))
 
 import emm  # noqa: E402
@@ -99,6 +104,76 @@ class Core(unittest.TestCase):
         del x
         gc.collect()
         self.assertEqual(emm.stats()["device_buffers"], n)
+
+
+class Package(unittest.TestCase):
+    def test_version_and_typing_marker(self):
+        parts = emm.__version__.split(".")
+        self.assertEqual(len(parts), 3, emm.__version__)
+        self.assertTrue(all(p.isdigit() for p in parts), emm.__version__)
+        self.assertTrue(os.path.isfile(os.path.join(os.path.dirname(emm.__file__), "py.typed")))
+
+    @unittest.skipUnless(INSTALLED, "tests the installed package (EMM_TEST_INSTALLED=1)")
+    def test_the_installed_package_loads_the_library_it_carries(self):
+        package = os.path.dirname(os.path.abspath(emm.__file__))
+        self.assertFalse(package.startswith(SOURCES), "imported the checkout, not the install")
+        self.assertIsNone(os.environ.get("EMM_LIBRARY"))
+        self.assertEqual(os.path.dirname(emm.library_path()), package)
+        self.assertTrue(os.path.basename(emm.library_path()).startswith("libemm"))
+
+
+class Statistics(unittest.TestCase):
+    def setUp(self):
+        emm.configure("pool")
+        self.stats = importlib.import_module("emm.statistics")
+
+    def test_a_block_counts_what_it_allocates(self):
+        kept = emm.alloc(1000, device=1)
+        with self.stats.statistics() as outer:
+            a = emm.alloc(4096)
+            b = emm.alloc(8192, device=1)
+            emm.free(a)
+            with self.stats.statistics(device=0) as inner:
+                c = emm.alloc(100)
+                self.assertEqual(self.stats.get_statistics().total_bytes, 100)
+                emm.free(c)
+            emm.free(kept)
+            so_far = self.stats.get_statistics()
+        emm.free(b)
+        self.assertEqual((inner.total_bytes, inner.total_count, inner.current_bytes), (100, 1, 0))
+        self.assertEqual((inner.peak_bytes, inner.peak_count), (100, 1))
+        # Outer: 4096 + 8192 + 100 allocated; b left live, kept (from before) freed.
+        self.assertEqual((outer.total_bytes, outer.total_count), (12388, 3))
+        self.assertEqual((outer.current_bytes, outer.current_count), (8192 - 1000, 0))
+        self.assertEqual(so_far, outer)
+        # The most at once above the start: a and b together on their two devices (the inner
+        # block's reset of emm's peaks does not lose them).
+        self.assertEqual((outer.peak_bytes, outer.peak_count), (4096 + 8192, 2))
+        self.assertIsNone(self.stats.get_statistics())
+        with self.assertRaises(RuntimeError):
+            self.stats.pop_statistics()
+
+    def test_the_profiler_records_functions_and_blocks(self):
+        records = self.stats.ProfilerRecords()
+
+        @self.stats.profiler(records=records)
+        def work(n):
+            p = emm.alloc(n)
+            emm.free(p)
+            return n
+
+        self.assertEqual(work(512), 512)
+        work(2048)
+        with self.stats.profiler(name="block", records=records):
+            emm.free(emm.alloc(64))
+        r = records.records
+        name = [k for k in r if k.endswith("work")][0]
+        self.assertEqual((r[name].num_calls, r[name].total_bytes, r[name].peak_bytes), (2, 2560, 2048))
+        self.assertEqual((r["block"].num_calls, r["block"].total_count), (1, 1))
+        self.assertIn("block", records.report())
+        with self.assertRaises(ValueError):
+            with self.stats.profiler(records=records):
+                pass
 
 
 class NumbaPlugin(unittest.TestCase):
@@ -208,6 +283,22 @@ class CupyAllocator(unittest.TestCase):
             mod.allocator(2 * GIB)
         mod.use_cupy_pool()
         self.assertEqual(state["allocator"], "cupy-pool")
+
+
+class AllocatorAliases(unittest.TestCase):
+    def test_rmm_style_names_are_the_same_modules(self):
+        fakes.install_numba()
+        fakes.install_cupy()
+        fakes.install_torch()
+        for fw in ("numba", "cupy", "torch"):
+            sys.modules.pop("emm." + fw, None)
+            sys.modules.pop("emm.allocators." + fw, None)
+            alias = importlib.import_module("emm.allocators." + fw)
+            self.assertIs(alias, sys.modules["emm." + fw])
+            self.assertIs(getattr(importlib.import_module("emm.allocators"), fw), alias)
+        self.assertIs(alias.use_emm, sys.modules["emm.torch"].use_emm)
+        numba_alias = importlib.import_module("emm.allocators.numba")
+        self.assertIs(numba_alias._numba_memory_manager, numba_alias.EMMNumbaManager)
 
 
 class TorchAllocator(unittest.TestCase):
