@@ -20,6 +20,7 @@ use crate::driver::{DevicePtr, Driver, StreamId};
 use crate::mr::detail::addr_map::AddrMap;
 use crate::mr::detail::growth::CHUNK_GRANULARITY;
 use crate::mr::detail::heap::round_to_granule;
+use crate::mr::detail::stream_map::StreamMap;
 use crate::mr::detail::stream_order::StreamOrder;
 use crate::mr::{assert_resource, DeviceMemoryResource, MrError, MrResult};
 use crate::sync::{SpinGuard, SpinMutex};
@@ -29,10 +30,23 @@ const NAME: &str = "FixedSizeResource";
 /// The largest block size: live sizes are kept as `u32`.
 pub const MAX_BLOCK_SIZE: u64 = 1 << 31;
 
+/// The stream of a free stack that a sweep emptied, waiting for a new stream: no handle is
+/// all ones.
+const VACANT: StreamId = StreamId(u64::MAX);
+
+/// Stacks kept before a refill looks for empty ones to reuse (as the pool's lists).
+const STACK_SWEEP_MIN: usize = 64;
+
 #[derive(Debug, Default)]
 struct FixedState {
-    /// Per stream, a stack of free block addresses.
+    /// Per stream, a stack of free block addresses; the first stream's is looked at inline.
     free: Vec<(StreamId, Vec<u64>)>,
+    /// Stream → its stack in `free`, vacant stacks not included.
+    stacks: StreamMap<usize>,
+    /// Stacks a sweep emptied, their stream [`VACANT`], for new streams to take.
+    vacant_stacks: Vec<usize>,
+    /// `free.len()` at which the next sweep is due (0: [`STACK_SWEEP_MIN`]).
+    sweep_at: usize,
     /// Live block → index of its record in `records`.
     live: AddrMap,
     /// Live blocks' records: (address, bytes requested); a vacant one is listed in `vacant`.
@@ -71,15 +85,49 @@ impl FixedState {
         Some(records[i as usize].1)
     }
 
+    /// The stack of `stream`, made on its first use. O(1) expected.
     #[inline]
     fn slot(&mut self, stream: StreamId) -> usize {
-        match self.free.iter().position(|(s, _)| *s == stream) {
-            Some(i) => i,
-            None => {
-                self.free.push((stream, Vec::new()));
-                self.free.len() - 1
+        if self.free.first().is_some_and(|(s, _)| *s == stream) {
+            return 0;
+        }
+        match self.stacks.get(&stream) {
+            Some(&i) => i,
+            None => self.new_slot(stream),
+        }
+    }
+
+    #[cold]
+    fn new_slot(&mut self, stream: StreamId) -> usize {
+        let i = self.vacant_stacks.pop().unwrap_or_else(|| {
+            self.free.push((VACANT, Vec::new()));
+            self.free.len() - 1
+        });
+        self.free[i].0 = stream;
+        self.stacks.insert(stream, i);
+        i
+    }
+
+    /// Once the resource has gone through many streams, makes every empty stack but the first
+    /// and `keep` vacant, for new streams to reuse; due only when none is vacant and the
+    /// stacks have doubled since the last sweep (amortized O(1) a new stream).
+    fn sweep_stacks_if_due(&mut self, keep: usize) {
+        if !self.vacant_stacks.is_empty() || self.free.len() < self.sweep_at.max(STACK_SWEEP_MIN) {
+            return;
+        }
+        for (i, (s, stack)) in self.free.iter_mut().enumerate().skip(1) {
+            if i != keep && *s != VACANT && stack.is_empty() {
+                self.stacks.remove(s);
+                *s = VACANT;
+                self.vacant_stacks.push(i);
             }
         }
+        self.sweep_at = 2 * (self.free.len() - self.vacant_stacks.len());
+    }
+
+    /// Streams with a free stack, vacant ones not counted.
+    fn stack_count(&self) -> usize {
+        self.free.len() - self.vacant_stacks.len()
     }
 }
 
@@ -151,6 +199,12 @@ impl<Up: DeviceMemoryResource> FixedSizeResource<Up> {
         &self.upstream
     }
 
+    /// Number of streams whose free stacks the resource keeps: at most about twice those
+    /// holding free blocks once it has gone through many streams.
+    pub fn stream_lists(&self) -> usize {
+        self.lock().stack_count()
+    }
+
     /// Bytes held from upstream.
     pub fn held_bytes(&self) -> u64 {
         self.lock().chunks.iter().map(|c| c.1).sum()
@@ -165,6 +219,9 @@ impl<Up: DeviceMemoryResource> FixedSizeResource<Up> {
     #[cold]
     #[inline(never)]
     fn refill(&self, st: &mut FixedState, slot: usize, stream: StreamId) -> MrResult<()> {
+        st.sweep_stacks_if_due(slot);
+        let FixedState { stacks, order, .. } = &mut *st;
+        order.prune(self.upstream.driver(), |s| stacks.contains_key(&s));
         if let Some(other) = (0..st.free.len()).find(|&s| s != slot && !st.free[s].1.is_empty()) {
             let source = st.free[other].0;
             {
@@ -321,6 +378,8 @@ impl<Up: DeviceMemoryResource> DeviceMemoryResource for FixedSizeResource<Up> {
             }
         }
         st.free.clear();
+        st.stacks.clear();
+        st.vacant_stacks.clear();
         first_err.map_or(Ok(released), Err)
     }
 
