@@ -314,3 +314,19 @@ fn replay_and_bench_run_under_a_4_gib_address_space_limit() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `emm --version` and `-V` print the package's version and exit 0.
+#[test]
+fn version_prints_the_package_version() {
+    for flag in ["--version", "-V"] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_emm"))
+            .arg(flag)
+            .output()
+            .expect("run the emm binary");
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            format!("emm {}\n", env!("CARGO_PKG_VERSION"))
+        );
+    }
+}

@@ -106,7 +106,9 @@ fn main() -> ExitCode {
                 Outcome::Done
             }
             "test" => no_args("test", &rest).unwrap_or_else(|| result(test())),
-            "wasm" => no_args("wasm", &rest).unwrap_or_else(|| result(wasm())),
+            "wasm" => {
+                no_args("wasm", &rest).unwrap_or_else(|| result(setup().and_then(|()| wasm())))
+            }
             "install-checks" => no_args("install-checks", &rest)
                 .unwrap_or_else(|| result(packaging::install_checks())),
             "demo" => result(demo(&rest)),
@@ -273,6 +275,8 @@ fn has_nextest() -> bool {
 /// scripted demo, then the conformance suite against every built-in manager and the example
 /// wasm plugins.
 fn demo(args: &[OsString]) -> Result<(), Failure> {
+    // A fresh machine has no wasm32 targets yet: the example plugins need them.
+    setup()?;
     let mut cmd = cargo([
         "run",
         "--release",

@@ -118,6 +118,10 @@ pub fn main(argv: Vec<String>) -> i32 {
         print!("{}", help());
         return EXIT_PASS;
     }
+    if matches!(name.as_str(), "--version" | "-V") {
+        println!("emm {}", env!("CARGO_PKG_VERSION"));
+        return EXIT_PASS;
+    }
     match COMMANDS.iter().find(|c| c.name == name) {
         Some(c) => {
             let args = Args::new(argv.collect());
@@ -142,7 +146,9 @@ pub fn help() -> String {
     for c in COMMANDS {
         out.push_str(&format!("  {:<8} {}\n", c.name, c.summary));
     }
-    out.push_str("\n`emm <command> --help` shows a command's flags.\n");
+    out.push_str(
+        "\n`emm <command> --help` shows a command's flags; `emm --version` the version.\n",
+    );
     out
 }
 
