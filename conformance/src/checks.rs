@@ -1,5 +1,6 @@
-//! [`CheckId`] and [`CHECKS`]: the named checks, each with the sentence of the source
-//! documents (`shared/seeds/`) or of emm's design that it enforces.
+//! [`CheckId`] and [`CHECKS`]: the named checks, each with the sentence it enforces and where
+//! that sentence is written: NBEP 7, Numba's EMM plugin reference, RMM's documentation, the
+//! PyTorch unified-memory RFC (cited by URL), or emm's plugin ABI.
 //!
 //! The assertions themselves are in [`crate::assertions`] (one `check_<rule>` per sentence);
 //! this file is the catalogue `emm list` prints and every report follows.
@@ -78,10 +79,13 @@ pub struct CheckInfo {
     pub needs: Observes,
 }
 
-const NBEP7: &str = "NBEP 7 (seeds/001)";
-const EMM_REF: &str = "EMM plugin reference (seeds/004)";
-const RMM: &str = "RMM blog (seeds/002)";
-const DESIGN: &str = "emm DESIGN.md, rules of the contract";
+// Where each rule is written, as a reader can open it.
+const NBEP7: &str =
+    "NBEP 7, https://numba.readthedocs.io/en/stable/proposals/external-memory-management.html";
+const EMM_REF: &str =
+    "Numba's EMM plugin reference, https://numba.readthedocs.io/en/stable/cuda/external-memory.html";
+const RMM: &str = "RMM blog, https://developer.nvidia.com/blog/fast-flexible-allocation-for-cuda-with-rapids-memory-manager/";
+const DESIGN: &str = "emm's plugin ABI, plugins/ABI.md (rules emm adds to the contract)";
 
 const fn info(id: CheckId, source: &'static str, rule: &'static str) -> CheckInfo {
     CheckInfo {
@@ -128,7 +132,7 @@ pub const CHECKS: &[CheckInfo] = &[
         "mapped (bool) – Whether the allocated memory should be mapped into the CUDA address space. portable (bool) – Whether the memory will be considered pinned by all contexts, and not just the calling context. wc (bool) – Whether to allocate the memory as write-combined."),
     info(CheckId::MempinUnpinsInFinalizer, NBEP7,
         "pinned memory is immediately unpinned by its finalizer, and unpinning before a finalizer runs would invalidate the state of PinnedMemory objects for which references are still held."),
-    info(CheckId::MemallocmanagedIsUnified, "PyTorch unified memory RFC (seeds/003)",
+    info(CheckId::MemallocmanagedIsUnified, "PyTorch RFC-0023 Unified Memory, https://github.com/pytorch/rfcs/pull/36",
         "managed memory is available to all GPUs on all streams by default and can move between host and any number of GPUs at will."),
     info(CheckId::GetMemoryInfoConsistent, EMM_REF,
         "Returns (free, total) memory in bytes in the context. May raise NotImplementedError, if returning such information is not practical (e.g. for a pool allocator)."),
