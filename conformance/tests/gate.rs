@@ -224,9 +224,29 @@ fn built_in_managers_are_recorded_by_name_and_version_and_no_verdict_records_not
     );
     assert_eq!(emm(&args), EXIT_PASS);
     assert_eq!(std::fs::read_dir(&quiet).unwrap().count(), 0);
+    // Not asked for (no --verdicts): a built-in manager's check writes no verdict file, not
+    // even into the store the environment names.
+    let unasked = folder("unasked");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_emm"))
+        .args([
+            "check",
+            "default",
+            "--cases",
+            "2",
+            "--ops",
+            "4",
+            "--no-regressions",
+            "--json",
+        ])
+        .env("EMM_VERDICT_DIR", &unasked)
+        .output()
+        .expect("run the emm binary");
+    assert!(out.status.success(), "{out:?}");
+    let files = std::fs::read_dir(&unasked).map_or(0, |d| d.count());
+    assert_eq!(files, 0, "{}", String::from_utf8_lossy(&out.stderr));
 }
 
-// ---- The gate's holes (issue 37) ----
+// ---- The gate's holes ----
 
 /// `--cases` and `--ops` are bounded (a usage error, exit 2, past the bound; no overflow, no
 /// run of nothing recorded as a pass); the recorded depth is the number of cases that ran.

@@ -1,5 +1,5 @@
 //! emm-sandbox: untrusted allocation policies compiled to WebAssembly, run as EMM memory
-//! managers without trusting them (issue 7; "Sandboxed plugins" in `shared/DESIGN.md`).
+//! managers without trusting them.
 //!
 //! A plugin is an allocation *policy*: it asks the host for chunks of device memory and
 //! answers each request with a chunk and an offset. The host checks every answer before it

@@ -345,7 +345,7 @@ fn the_quiet_override_loads_an_unchecked_plugin_and_names_the_risk() {
     );
 }
 
-// ---- The gate's holes (issue 37): one test each ----
+// ---- The gate's holes: one test each ----
 
 /// Checking again at the same depth and seed (or following the replay line after a failure
 /// that did not come back) must not erase the counterexample: a failing record is never

@@ -389,7 +389,7 @@ fn a_quarantined_plugin_falls_back_when_configured() {
     assert!(g.report().is_clean(), "{}", g.report());
 }
 
-// ---- Load and hostile modules (issue 37) ----
+// ---- Load and hostile modules ----
 
 /// A module of `funcs` functions of type `() -> ()`, each declaring `locals` i64 locals and
 /// a body of about `body` bytes of `nop`s, as a wasm binary (no exports: a module that gets

@@ -4,7 +4,7 @@
 //! with the Python package and its acceptance scripts, a run script and its report maker) into
 //! `target/hardware/`, and runs it when this machine has a GPU. A GPU machine without a Rust
 //! toolchain runs `target/hardware/run.sh` itself; it checks every plugin on the simulator
-//! first and runs on the GPU only those that pass (issue 12).
+//! first and runs on the GPU only those that pass.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};

@@ -36,9 +36,10 @@ flags:
   --threads N          cases run at once (default: every core)
   --regressions DIR    where failures are written (default .emm/regressions)
   --no-regressions     write no regression files
-  --verdicts DIR       the verdict store: a run on sim records its verdict there, and a
-                       .wasm plugin runs on cuda only with a passing one (default:
-                       $EMM_VERDICT_DIR, else ~/.local/share/emm/verdicts)
+  --verdicts DIR       the verdict store: a .wasm plugin's run on sim records its verdict
+                       there, and it runs on cuda only with a passing one (default:
+                       $EMM_VERDICT_DIR, else ~/.local/share/emm/verdicts); a built-in
+                       manager's run is recorded only when DIR is given
   --no-verdict         record no verdict
   --replay FILE        run the case of a regression file again and give its verdict
   --json               print the report as JSON (for CI)
@@ -302,10 +303,13 @@ fn check(plugin: &str, mut config: Config, out: &Output) -> i32 {
         print!("{}", report.to_table(color));
     }
     // Only the simulator's verdicts open the gate; hardware runs are not recorded, nor a run
-    // that could not judge the plugin (it could not be run: a bad config, say).
-    if report.error.is_some() && on_sim && !out.no_verdict {
+    // that could not judge the plugin (it could not be run: a bad config, say). A built-in
+    // manager needs no verdict to run, so its run is recorded only into a store named with
+    // --verdicts.
+    let record = on_sim && !out.no_verdict && (loaded.wasm.is_some() || out.verdicts.is_some());
+    if report.error.is_some() && record {
         eprintln!("emm check: no verdict recorded: the plugin could not be run");
-    } else if let (true, false, Some(subject)) = (on_sim, out.no_verdict, loaded.subject) {
+    } else if let (true, Some(subject)) = (record, loaded.subject) {
         let record = record_of(&report, subject, loaded.settings, &config, ran);
         match policy.get_store().save(&record) {
             Ok(path) => eprintln!("emm check: verdict recorded in {}", path.display()),

@@ -1,5 +1,5 @@
 //! The gate: a `.wasm` plugin reaches a real GPU only after it has passed the EMM contract on
-//! the simulated GPU (issue 12).
+//! the simulated GPU.
 //!
 //! `emm check plugin.wasm` (on the simulator) writes a [`VerdictRecord`] into a
 //! [`VerdictStore`]: the sha256 of the plugin's bytes ([`ContentHash`]), the ABI and suite
