@@ -110,18 +110,7 @@ fn the_cuda_backend_without_a_gpu_cannot_run() {
 /// message); `emm bench` runs a workload against a named resource.
 #[test]
 fn replay_and_bench_run_and_refuse_bad_input() {
-    let dir = std::env::temp_dir().join(format!("emm-cli-replay-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let good = dir.join("good.csv");
-    std::fs::write(
-        &good,
-        "Thread,Time,Action,Pointer,Size,Stream\n\
-         1,00:00:00.000001,allocate,0x7f0000000000,4096,0x0\n\
-         1,00:00:00.000002,allocate,0x7f0000100000,1048576,0x0\n\
-         1,00:00:00.000003,free,0x7f0000000000,4096,0x0\n\
-         1,00:00:00.000004,free,0x7f0000100000,1048576,0x0\n",
-    )
-    .unwrap();
+    let (dir, good) = small_log("replay");
     let path = good.to_string_lossy().to_string();
     assert_eq!(emm(&format!("replay {path} --resource pool")), EXIT_PASS);
     assert_eq!(
@@ -169,6 +158,24 @@ fn bench_threads_and_devices_run_and_refuse_bad_input() {
 
 /// The built `emm` binary, with `args`, its stdout to `stdout` (piped when `None`); waits at
 /// most a minute. Returns the status and stderr.
+/// A fresh folder `emm-cli-<name>-<pid>` and in it `good.csv`: a log of two allocations, both
+/// freed.
+fn small_log(name: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("emm-cli-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let good = dir.join("good.csv");
+    std::fs::write(
+        &good,
+        "Thread,Time,Action,Pointer,Size,Stream\n\
+         1,00:00:00.000001,allocate,0x7f0000000000,4096,0x0\n\
+         1,00:00:00.000002,allocate,0x7f0000100000,1048576,0x0\n\
+         1,00:00:00.000003,free,0x7f0000000000,4096,0x0\n\
+         1,00:00:00.000004,free,0x7f0000100000,1048576,0x0\n",
+    )
+    .unwrap();
+    (dir, good)
+}
+
 fn emm_binary(
     args: &[&std::ffi::OsStr],
     stdout: Option<std::process::Stdio>,
@@ -282,18 +289,7 @@ fn replay_refuses_a_line_longer_than_any_event() {
 /// pool's block records no longer take 4 GiB of address space each.
 #[test]
 fn replay_and_bench_run_under_a_4_gib_address_space_limit() {
-    let dir = std::env::temp_dir().join(format!("emm-cli-limit-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let log = dir.join("log.csv");
-    std::fs::write(
-        &log,
-        "Thread,Time,Action,Pointer,Size,Stream\n\
-         1,00:00:00.000001,allocate,0x7f0000000000,4096,0x0\n\
-         1,00:00:00.000002,allocate,0x7f0000100000,1048576,0x0\n\
-         1,00:00:00.000003,free,0x7f0000000000,4096,0x0\n\
-         1,00:00:00.000004,free,0x7f0000100000,1048576,0x0\n",
-    )
-    .unwrap();
+    let (dir, log) = small_log("limit");
     for args in [
         format!("replay {} --resource pool", log.display()),
         format!("replay {} --resource binning", log.display()),

@@ -242,20 +242,19 @@ fn a_free_on_another_stream_waits_for_the_allocating_stream() {
     assert!(g.report().is_clean(), "{}", g.report());
 }
 
-/// Panics on its third allocation.
-struct PanicsOnThird {
+/// The simulator's `cuMemAlloc`, running `before` on the calling thread ahead of every
+/// allocation: a resource that panics, or that records who calls it.
+struct OnAllocate<F> {
     inner: CudaResource<SimDriver>,
-    calls: AtomicUsize,
+    before: F,
 }
 
-impl DeviceMemoryResource for PanicsOnThird {
+impl<F: Fn() + Send + Sync> DeviceMemoryResource for OnAllocate<F> {
     fn name(&self) -> &'static str {
-        "PanicsOnThird"
+        "OnAllocate"
     }
     fn allocate(&self, bytes: usize, stream: StreamId) -> MrResult<DevicePtr> {
-        if self.calls.fetch_add(1, Ordering::Relaxed) == 2 {
-            panic!("a bug in the resource under test");
-        }
+        (self.before)();
         self.inner.allocate(bytes, stream)
     }
     fn deallocate(&self, ptr: DevicePtr, bytes: usize, stream: StreamId) -> MrResult<()> {
@@ -280,9 +279,15 @@ fn a_panic_in_the_resource_stops_every_replay_thread() {
     }
     let log = EventLog::parse_str(&body).unwrap();
     let g = SimDriver::new(SimConfig::new(6).memory_per_device(GIB)).unwrap();
-    let r = PanicsOnThird {
+    let calls = AtomicUsize::new(0);
+    // Panics on its third allocation.
+    let r = OnAllocate {
         inner: CudaResource::new(g.clone()),
-        calls: AtomicUsize::new(0),
+        before: || {
+            if calls.fetch_add(1, Ordering::Relaxed) == 2 {
+                panic!("a bug in the resource under test");
+            }
+        },
     };
     let options = ReplayOptions {
         threading: Threading::PerLogThread,
@@ -384,31 +389,6 @@ fn corrupt_and_truncated_logs_name_the_line_and_what_was_expected() {
     );
 }
 
-/// Records the OS thread of every allocation.
-struct RecordsThreads {
-    inner: CudaResource<SimDriver>,
-    threads: std::sync::Mutex<std::collections::HashSet<std::thread::ThreadId>>,
-}
-
-impl DeviceMemoryResource for RecordsThreads {
-    fn name(&self) -> &'static str {
-        "RecordsThreads"
-    }
-    fn allocate(&self, bytes: usize, stream: StreamId) -> MrResult<DevicePtr> {
-        self.threads
-            .lock()
-            .unwrap()
-            .insert(std::thread::current().id());
-        self.inner.allocate(bytes, stream)
-    }
-    fn deallocate(&self, ptr: DevicePtr, bytes: usize, stream: StreamId) -> MrResult<()> {
-        self.inner.deallocate(ptr, bytes, stream)
-    }
-    fn driver(&self) -> &dyn Driver {
-        self.inner.driver()
-    }
-}
-
 /// A log of more threads than a replay starts: every event is replayed, in log order, on at
 /// most `MAX_REPLAY_THREADS` threads (it used to start one OS thread per log thread, and
 /// twenty thousand of them failed to spawn).
@@ -423,9 +403,13 @@ fn a_log_of_many_threads_replays_on_a_bounded_number_of_threads() {
     }
     let log = EventLog::parse_str(&body).unwrap();
     let g = SimDriver::new(SimConfig::new(6).memory_per_device(GIB)).unwrap();
-    let r = RecordsThreads {
+    // The OS threads that allocated.
+    let threads = std::sync::Mutex::new(std::collections::HashSet::new());
+    let r = OnAllocate {
         inner: CudaResource::new(g.clone()),
-        threads: Default::default(),
+        before: || {
+            threads.lock().unwrap().insert(std::thread::current().id());
+        },
     };
     let options = ReplayOptions {
         threading: Threading::PerLogThread,
@@ -435,7 +419,7 @@ fn a_log_of_many_threads_replays_on_a_bounded_number_of_threads() {
     assert_eq!(report.ops(), 2 * n as usize);
     assert!(report.failures.is_empty() && report.leaks.is_empty());
     assert_eq!(report.threads, n as usize);
-    let used = r.threads.lock().unwrap().len();
+    let used = threads.lock().unwrap().len();
     assert_eq!(used, emm_core::mr::replay::MAX_REPLAY_THREADS);
 }
 

@@ -127,7 +127,7 @@ impl GateKey {
         };
         let key = GateKey(random_bytes().map_err(|e| io(path, e))?);
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            create_private_dir(dir).map_err(|e| io(dir, e))?;
+            super::store::create_dirs(dir, 0o700).map_err(|e| io(dir, e))?;
         }
         let tmp = path.with_extension(format!("tmp{}", std::process::id()));
         let _ = std::fs::remove_file(&tmp);
@@ -191,18 +191,6 @@ impl GateKey {
         }
         m.finalize().into_bytes().into()
     }
-}
-
-/// `dir` and its missing parents; the folders made here get mode 0700.
-fn create_private_dir(dir: &Path) -> std::io::Result<()> {
-    let mut builder = std::fs::DirBuilder::new();
-    builder.recursive(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::DirBuilderExt;
-        builder.mode(0o700);
-    }
-    builder.create(dir)
 }
 
 /// 32 bytes from the operating system's random source.

@@ -117,9 +117,9 @@ impl VerdictStore {
             reason: format!("{e}; give a writable folder with --verdicts DIR or {VERDICT_DIR_VAR}"),
         };
         let folder = path.parent().unwrap_or(&self.dir).to_path_buf();
-        create_dir(&self.dir).map_err(|e| io(&self.dir, e))?;
+        create_dirs(&self.dir, 0o755).map_err(|e| io(&self.dir, e))?;
         guarded(&self.dir)?;
-        create_dir(&folder).map_err(|e| io(&folder, e))?;
+        create_dirs(&folder, 0o755).map_err(|e| io(&folder, e))?;
         guarded(&folder)?;
         let tmp =
             write_exclusive(&folder, &(record.to_json() + "\n")).map_err(|e| io(&folder, e))?;
@@ -236,15 +236,18 @@ fn judge(record: VerdictRecord, key: &GateKey, subject: &Subject) -> Result<Verd
     Ok(record)
 }
 
-/// Creates `dir` (and its parents) if missing; the folders made get mode 0755.
-fn create_dir(dir: &Path) -> std::io::Result<()> {
+/// Creates `dir` (and its parents) if missing; the folders made get `mode` (on Unix): 0755 for
+/// the store, 0700 for the folder of the gate's key.
+pub(super) fn create_dirs(dir: &Path, mode: u32) -> std::io::Result<()> {
     let mut builder = std::fs::DirBuilder::new();
     builder.recursive(true);
     #[cfg(unix)]
     {
         use std::os::unix::fs::DirBuilderExt;
-        builder.mode(0o755);
+        builder.mode(mode);
     }
+    #[cfg(not(unix))]
+    let _ = mode;
     builder.create(dir)
 }
 
