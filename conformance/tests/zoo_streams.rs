@@ -3,7 +3,10 @@
 //! `stream_ordered_reuse`, however rarely it does so, and the same policy ordering its steals
 //! with `emm::stream_order` passes with the check exercised, not skipped.
 
-#[expect(unused_imports, reason = "this file uses only the zoo's sandboxed policies")]
+#[expect(
+    unused_imports,
+    reason = "this file uses only the zoo's sandboxed policies"
+)]
 mod zoo;
 
 use emm_conformance::{check, CheckId, Config, Report};
