@@ -9,6 +9,8 @@
 //! - [`log`]: [`EventLog`], strict parsing with line-numbered errors, and [`LogSummary`].
 //! - [`error`]: the error type, [`ReplayError`].
 //! - [`options`]: [`ReplayOptions`]: [`Threading`], [`HeldProbe`].
+//! - [`torch_snapshot`]: PyTorch memory snapshots (`torch.cuda.memory._dump_snapshot`) read as
+//!   event logs.
 //! - [`replayer`]: [`replay`], every stream and every thread's order kept.
 //! - [`report`]: [`ReplayReport`] and what it lists.
 //!
@@ -34,6 +36,7 @@ pub mod log;
 pub mod options;
 pub mod replayer;
 pub mod report;
+pub mod torch_snapshot;
 
 pub use error::ReplayError;
 pub use event::{LogAction, LogEvent, TimeOfDay, HEADER, MICROS_PER_DAY};
