@@ -12,8 +12,8 @@
 //! - `bench`: the benchmarks.
 //! - `docs [--write]`: the book's generated tables, its links and the README's, and the book's
 //!   build (see [`docs`]).
-//! - `hardware [--bundle-only] [--plugin PATH]...`: the GPU bundle (see [`hardware`]), run here
-//!   if there is a GPU.
+//! - `hardware [--bundle-only] [--plugin PATH]... [--peers DIR] [--python-env DIR]`: the GPU
+//!   bundle (see [`hardware`]), run here if there is a GPU.
 //! - `soak --minutes N`, `fuzz [--seconds N] [target...]`, `loom [--preemptions N] [--release]`:
 //!   see [`reliability`].
 //! - `help`: the usage text.
@@ -57,12 +57,14 @@ commands:
                    them), that every link of README.md and docs/book/ resolves, and build
                    the book with mdBook into target/book/ (installing mdBook into
                    target/tools/ when no mdbook of the pinned version is on PATH)
-  hardware [--bundle-only] [--plugin PATH.wasm]...
+  hardware [--bundle-only] [--plugin PATH.wasm]... [--peers DIR] [--python-env DIR]
                    build target/hardware/ (release emm, smoke tests, wasm plugins and those
-                   given with --plugin, the peers, run.sh) and, on a GPU machine, run it:
+                   given with --plugin, run.sh) and, on a GPU machine, run it:
                    every plugin on the simulator first, then on the GPU only if it passed
                    there (through the gate), the gate's own checks, the workloads beside
-                   the peers, report.md
+                   the peers, report.md. --peers (or EMM_PEERS_DIR): the peers' harness
+                   folder; --python-env (or EMM_PYTHON_ENV_DIR): the Python acceptance's
+                   wheels, sitecustomize.py and numba-cuda baseline logs
   soak [--minutes N]
                    build a release emm and the plugins, then `emm soak` for N minutes
                    (default 30): random workloads, driver faults, plugin quarantines
