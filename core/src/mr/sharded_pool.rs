@@ -58,7 +58,7 @@
 //!   (O(shards + its spare chunks)), and takes chunks from another shard or the shared pool;
 //!   once a thread's shard holds what its recent peak needs, it does not grow again. The
 //!   many-threads benchmark counts the chunk moves and driver calls per 1 000 operations
-//!   (README, "Many threads").
+//!   (the book's "Benchmarks", "Many threads").
 
 use std::cell::Cell;
 
@@ -77,7 +77,7 @@ const NAME: &str = "ShardedPoolResource";
 
 /// Shards take chunks of the request rounded up to this (1 MiB) from the shared pool (more for
 /// a shard with much live, `grow_chunk`). Measured
-/// here (README, "Many threads"): while shards gave chunks back on frees, W1 (1 B to 1 MiB) by
+/// here: while shards gave chunks back on frees, W1 (1 B to 1 MiB) by
 /// one thread moved 254 chunks through the shared pool per 1 000 operations with 512 KiB
 /// chunks, 27 with 2 MiB and 2 with 8 MiB; once shards keep their chunks, the size sets how
 /// finely memory moves between threads: on W2 by 2 and 4 threads, 1 MiB chunks moved 3.6–5.4
