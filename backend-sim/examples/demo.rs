@@ -41,7 +41,7 @@ fn run(seed: u64) -> Result<(), DriverError> {
         .record_trace(false);
 
     println!(
-        "1. Workload W1 (shared/workloads.md) replayed through the driver; virtual time per op:"
+        "1. Workload W1 (emm_core::workloads) replayed through the driver; virtual time per op:"
     );
     let w1 = workloads::w1();
     println!("   {}", w1.summary());

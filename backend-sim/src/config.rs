@@ -215,8 +215,8 @@ pub enum Fault {
 }
 
 /// Virtual nanoseconds per driver call. The default is [`CostModel::h200`], calibrated on the
-/// lent H200 from emm's own hardware run; [`CostModel::h100`] keeps the first calibration, from
-/// the H100 figures in `shared/hardware/costs.md` and `shared/workloads.md`.
+/// H200 from emm's own hardware run; [`CostModel::h100`] keeps the first calibration, from
+/// published H100 80GB driver-call figures.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CostModel {
     /// One `cuMemAlloc` or `cuMemFree` of up to 1 MiB (measured 5–8 µs per op on W1 and W3).
@@ -289,7 +289,7 @@ impl Default for CostModel {
 }
 
 /// Virtual memory management costs in ns, measured on the H200 by the hardware check
-/// `vmm_costs` (docs/results/2026-11-22-h200/run4-vmm-costs-and-pool.log): reserve (0.9 µs at
+/// `vmm_costs` (`cargo test -p emm-cuda --release --test hardware -- --ignored vmm_costs`): reserve (0.9 µs at
 /// 2 MiB, 2.9 µs at 64 MiB), create one granule (14.1 µs; 14.5 µs at 32 granules, while a
 /// release grows from 13.3 to 57.3 µs: 0.7 µs per further granule on average), map (1.0–1.1 µs),
 /// unmap (18.2 µs), set access on one granule (27.2 µs; 51.7 µs at 32: 0.8 µs per further
@@ -298,7 +298,7 @@ const VMM_COSTS: [u64; 7] = [1_000, 14_000, 700, 1_000, 18_000, 27_000, 800];
 
 impl CostModel {
     /// Calibrated on the H200 (driver 580.159.04, CUDA 13.0) from emm's hardware run of
-    /// 2026-11-22 (`docs/results/2026-11-22-h200/`): `cuMemAlloc` + `cuMemFree` measured
+    /// 2026-11-22: `cuMemAlloc` + `cuMemFree` measured
     /// 4.4 / 45.1 / 4.0 µs per op on W1 / W2 / W3 (the H100 model predicted 1.4–1.8× more), the
     /// driver's async pool 0.95 / 1.02 / 0.92 µs (predicted 1.4–1.5× more). Calls not measured
     /// there keep their H100 costs.
@@ -311,9 +311,9 @@ impl CostModel {
         }
     }
 
-    /// The first calibration, from the H100 80GB figures (driver 580, CUDA 13.0) in
-    /// `shared/hardware/costs.md` and `shared/workloads.md`; virtual memory management was
-    /// never measured there and takes the H200's costs.
+    /// The first calibration, from H100 80GB figures (driver 580, CUDA 13.0) of the driver's
+    /// allocation calls on the standard workloads; virtual memory management was not measured
+    /// there and takes the H200's costs.
     pub fn h100() -> Self {
         CostModel {
             alloc_small_ns: 7_000,

@@ -416,7 +416,7 @@ void emm_string_free(char *s);
 enum EmmStatus emm_reset(int device);
 
 /*
- Defers the cleanup of `device`'s manager (the seed's `defer_cleanup`) until
+ Defers the cleanup of `device`'s manager (Numba's `defer_cleanup`) until
  `emm_defer_cleanup_end(*token)`; deferrals nest.
 
  # Safety

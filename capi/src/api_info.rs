@@ -217,7 +217,7 @@ pub extern "C" fn emm_reset(device: c_int) -> EmmStatus {
     })
 }
 
-/// Defers the cleanup of `device`'s manager (the seed's `defer_cleanup`) until
+/// Defers the cleanup of `device`'s manager (Numba's `defer_cleanup`) until
 /// `emm_defer_cleanup_end(*token)`; deferrals nest.
 ///
 /// # Safety

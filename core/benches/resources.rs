@@ -1,4 +1,4 @@
-//! Every resource on the standard workloads W1, W2, W3 (`shared/workloads.md`), RMM's
+//! Every resource on the standard workloads W1, W2, W3 (`emm_core::workloads`), RMM's
 //! `random_allocations` grid and the holes test, on the simulated GPU with contents tracking
 //! and trace recording off.
 //!

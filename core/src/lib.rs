@@ -11,7 +11,7 @@
 //! - [`mr`]: memory resources and adaptors (RMM's model): the [`mr::DeviceMemoryResource`] trait.
 //! - [`unified`]: unified memory: the caching managed allocator, `ManagedBuffer`, the switch.
 //! - [`units`]: byte-count formatting for error messages.
-//! - [`workloads`]: the standard allocation workloads W1, W2, W3 (`shared/workloads.md`).
+//! - [`workloads`]: the standard allocation workloads W1, W2, W3.
 
 pub mod attribution;
 pub mod containers;

@@ -40,7 +40,7 @@ pub(crate) use loom_spin::{SpinGuard, SpinMutex};
 pub(crate) use loom_thread_local as thread_local;
 
 /// A lock for critical sections of a few dozen instructions that never block: the pool's
-/// allocate and free. Measured on the H100's host (`docs/results/2026-11-22-h100-s3/host-floor.txt`),
+/// allocate and free. Measured on an H100 host (the `host_floor` example),
 /// every locked instruction costs 9–10 ns there: a std lock + unlock pair 20.5 ns, a
 /// compare-and-swap lock with a plain release store to unlock 10.5. So the lock is *biased*:
 /// the first thread to take it owns it and locks with plain stores and loads, no locked
@@ -83,8 +83,8 @@ mod spin {
     const FIRST_THREAD: u64 = 3;
     /// A thread that takes a revoked lock this many times in a row, with no other thread in
     /// between, becomes its owner: on the H100 host, 16 threads of the sharded pool spent
-    /// 9.5 % of their time in the revoked lock's compare-and-swap path (W1, `perf`,
-    /// `docs/results/2026-11-24-h100-s7/c34`), their shards' biases taken by a steal each.
+    /// 9.5 % of their time in the revoked lock's compare-and-swap path (W1, `perf`), their
+    /// shards' biases taken by a steal each.
     /// A revocation costs a `membarrier` (microseconds); so many uncontended acquisitions
     /// save more.
     ///

@@ -1,4 +1,4 @@
-//! The standard allocation workloads W1, W2 and W3 of `shared/workloads.md`.
+//! The standard allocation workloads W1, W2 and W3.
 //!
 //! Every allocator benchmark in emm replays these op lists, and the peers (cudaMalloc,
 //! cudaMallocAsync, RMM, PyTorch, CuPy) were measured on the same lists, so the figures compare
@@ -345,7 +345,7 @@ pub fn replay<H, E>(
 mod tests {
     use super::*;
 
-    /// The expected summaries of `shared/workloads.md`, verbatim.
+    /// The expected summaries, verbatim: an implementation that prints these replays the same lists.
     const EXPECTED: [&str; 3] = [
         "W1 ops=100468  allocs=50234  frees=50234  peak_live_bytes=264138769  peak_live_count=476",
         "W2 ops=20068   allocs=10034  frees=10034  peak_live_bytes=4493822174 peak_live_count=131",

@@ -94,7 +94,7 @@ impl MemoryManager for Spy {
     }
 }
 
-/// Seed (004): "These methods are always called when the current CUDA context is the context
+/// Numba's reference: "These methods are always called when the current CUDA context is the context
 /// that owns the EMM Plugin instance." The caller's context is restored afterwards.
 #[test]
 fn allocation_methods_run_with_the_owning_context_current() {
@@ -132,7 +132,7 @@ fn allocation_methods_run_with_the_owning_context_current() {
     g.pageable_free(pinned).unwrap();
 }
 
-/// Seed (001): "prepare_for_use … calls initialize"; (004): "This method may be called
+/// NBEP 7: "prepare_for_use … calls initialize"; Numba's reference: "This method may be called
 /// multiple times". The context calls it before the first allocation, and again on request.
 #[test]
 fn prepare_for_use_calls_initialize_and_first_use_prepares() {
@@ -157,7 +157,7 @@ fn prepare_for_use_calls_initialize_and_first_use_prepares() {
     assert_eq!(log.initialized.load(Ordering::SeqCst), 3);
     drop(p);
 
-    // Seed (004): reset "may be called even prior to initialize".
+    // Numba's reference: reset "may be called even prior to initialize".
     let (spy, log) = Spy::new(&g, 0, 1);
     let ctx2 = Context::with_manager(g.clone(), DeviceId(0), spy).unwrap();
     ctx2.reset().unwrap();
@@ -165,7 +165,7 @@ fn prepare_for_use_calls_initialize_and_first_use_prepares() {
     drop(ctx2.memalloc(64).unwrap());
 }
 
-/// Seed (001): "interface_version is called by Numba when the memory manager is set, to
+/// NBEP 7: "interface_version is called by Numba when the memory manager is set, to
 /// ensure that the version of the interface implemented by the plugin is compatible".
 #[test]
 fn a_version_mismatch_is_an_error_naming_both_versions() {
@@ -204,7 +204,7 @@ fn a_v1_only_manager_says_the_extensions_are_unsupported() {
     assert!(ctx.memalloc(64).is_ok(), "v1 calls still work");
 }
 
-/// Seed (001): "these will still be used by the context to manage the allocations and
+/// NBEP 7: "these will still be used by the context to manage the allocations and
 /// deallocations of events, streams, and modules".
 #[test]
 fn the_context_defers_streams_events_and_modules_itself() {

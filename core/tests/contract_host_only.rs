@@ -1,4 +1,4 @@
-//! `HostOnlyManager`: the seed's "Providing device memory management only" rules, with a
+//! `HostOnlyManager`: Numba's "Providing device memory management only" rules, with a
 //! resource as the device side.
 
 mod common;
@@ -35,7 +35,7 @@ fn bumped(g: &Arc<SimDriver>, capacity: u64) -> Bumped {
     m
 }
 
-/// Seed (004): "The host-only memory manager implements memhostalloc and mempin - the EMM
+/// Numba's reference: "The host-only memory manager implements memhostalloc and mempin - the EMM
 /// Plugin should still implement memalloc" — here the resource is the memalloc.
 #[test]
 fn device_memory_comes_from_the_resource_and_goes_back_at_once() {
@@ -62,7 +62,7 @@ fn device_memory_comes_from_the_resource_and_goes_back_at_once() {
     drop(b);
 }
 
-/// Seed (004): "If reset is overridden, it must also call super().reset() to allow the host
+/// Numba's reference: "If reset is overridden, it must also call super().reset() to allow the host
 /// allocations to be cleaned up." Here the host reset always runs, even when the device
 /// side's reset fails.
 #[test]
@@ -86,7 +86,7 @@ fn its_reset_always_runs_even_when_the_device_side_fails() {
     );
 }
 
-/// Seed (004): "If defer_cleanup is overridden, it must hold an active context manager from
+/// Numba's reference: "If defer_cleanup is overridden, it must hold an active context manager from
 /// super().defer_cleanup() to ensure that host-side cleanup is also deferred."
 #[test]
 fn its_defer_cleanup_always_holds_the_host_side_around_the_device_side() {
@@ -114,7 +114,7 @@ fn its_defer_cleanup_always_holds_the_host_side_around_the_device_side() {
     assert!(!m.deallocations().is_disabled());
 }
 
-/// Seed (004): "It is optional to provide memory info from the get_memory_info method".
+/// Numba's reference: "It is optional to provide memory info from the get_memory_info method".
 #[test]
 fn memory_info_is_the_resources_or_unsupported() {
     let g = gpu();

@@ -27,7 +27,7 @@ fn read(g: &SimDriver, p: DevicePtr, n: usize) -> Vec<u8> {
     back
 }
 
-/// Seed (004): "If the underlying memory does not point to the base of an allocation returned
+/// Numba's reference: "If the underlying memory does not point to the base of an allocation returned
 /// by the CUDA driver or runtime API (e.g. if a pool allocator is in use) then the offset from
 /// the base must be provided." Opened in another process, the handle reaches the same bytes.
 #[test]
@@ -105,7 +105,7 @@ fn ipc_opened_in_a_second_process_reads_the_same_bytes_at_base_plus_offset() {
     assert_eq!(exporter.report().open_ipc_handles.count, 0);
 }
 
-/// Seed (004): "An implementation of the get_ipc_handle() function is provided in the
+/// Numba's reference: "An implementation of the get_ipc_handle() function is provided in the
 /// GetIpcHandleMixin class. This uses the driver API to determine the base address of an
 /// allocation" — for direct allocations the offset is the view's own.
 #[test]

@@ -1,4 +1,4 @@
-//! The built-in managers on the simulated GPU: one test per rule of the seeds.
+//! The built-in managers on the simulated GPU: one test per rule of the EMM contract.
 
 use std::sync::Arc;
 
@@ -41,7 +41,7 @@ fn write_read(g: &SimDriver, p: DevicePtr, bytes: &[u8]) -> Vec<u8> {
     back
 }
 
-/// Seed (004): "This method may be called multiple times, and must not invalidate previous
+/// Numba's reference: "This method may be called multiple times, and must not invalidate previous
 /// state when it is called."
 #[test]
 fn initialize_is_idempotent() {
@@ -62,7 +62,7 @@ fn initialize_is_idempotent() {
     assert_eq!(write_read(&g, p.device_ptr(), b"still mine"), b"still mine");
 }
 
-/// Seed (004): "It may be called even prior to initialize, and an EMM Plugin implementation
+/// Numba's reference: "It may be called even prior to initialize, and an EMM Plugin implementation
 /// needs to guard against this."
 #[test]
 fn reset_may_come_before_initialize() {
@@ -85,7 +85,7 @@ fn reset_may_come_before_initialize() {
     assert_eq!(used(&g), 0);
 }
 
-/// Seed (001): "a mechanism for preventing deallocations entirely during critical sections,
+/// NBEP 7: "a mechanism for preventing deallocations entirely during critical sections,
 /// using the defer_cleanup() context manager" — nested, and an error inside re-enables it.
 #[test]
 fn defer_cleanup_nests_and_an_error_inside_it_re_enables_cleanup() {
@@ -123,7 +123,7 @@ fn defer_cleanup_nests_and_an_error_inside_it_re_enables_cleanup() {
     );
 }
 
-/// Seed (001): "When the addition of a new cleanup function to the deallocation list causes
+/// NBEP 7: "When the addition of a new cleanup function to the deallocation list causes
 /// the number or size of pending deallocations to exceed a configured ratio … runs
 /// deallocators for all items". Count: more than `max_count`; bytes: more than the ratio of
 /// device memory.
@@ -221,7 +221,7 @@ fn out_of_memory_at_a_chosen_level_is_typed() {
     drop(m.memalloc(4096).unwrap());
 }
 
-/// Seed (004): "MappedMemory: returned from memhostalloc or mempin when the host memory is
+/// Numba's reference: "MappedMemory: returned from memhostalloc or mempin when the host memory is
 /// mapped into the device memory space."
 #[test]
 fn mapped_memory_has_a_device_pointer() {
@@ -253,7 +253,7 @@ fn mapped_memory_has_a_device_pointer() {
     g.pageable_free(h).unwrap();
 }
 
-/// Seed (001): "pinned memory is immediately unpinned by its finalizer" — and pinning the same
+/// NBEP 7: "pinned memory is immediately unpinned by its finalizer" — and pinning the same
 /// range again after that works, although the unpin was deferred.
 #[test]
 fn pinning_the_same_range_twice_after_an_unpin_works() {

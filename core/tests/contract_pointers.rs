@@ -23,7 +23,7 @@ fn runs(n: &AtomicUsize) -> usize {
     n.load(Ordering::SeqCst)
 }
 
-/// Seed (Numba's `test_user_extension`, shown in 000): "Ensure finalizer is called when
+/// Numba's `test_user_extension`: "Ensure finalizer is called when
 /// pointer is deleted" and "Ensure removing derived pointer doesn't call finalizer".
 #[test]
 fn finalizer_runs_exactly_once_when_the_last_owner_goes() {
@@ -35,7 +35,7 @@ fn finalizer_runs_exactly_once_when_the_last_owner_goes() {
 
     let (n, f) = counted();
     let ptr = MemoryPointer::new(CTX, DevicePtr(0xdead_0000), 40, f);
-    let owned = ptr.clone(); // the seed's `ptr.own()`
+    let owned = ptr.clone(); // Numba's `ptr.own()`
     assert_eq!(ptr.owner_count(), 2);
     drop(owned);
     assert_eq!(runs(&n), 0, "removing a derived pointer does not finalize");
@@ -58,7 +58,7 @@ fn finalizer_runs_exactly_once_when_the_last_owner_goes() {
     assert_eq!(runs(&n), 1);
 }
 
-/// Seed (NBEP 7): "owner: The owner is sometimes set by the internals of the class" — a view
+/// NBEP 7: "owner: The owner is sometimes set by the internals of the class" — a view
 /// keeps the owner's buffer alive, and a view of a view adds the offsets.
 #[test]
 fn views_keep_the_owner_alive_and_a_view_of_a_view_adds_offsets() {
@@ -80,7 +80,7 @@ fn views_keep_the_owner_alive_and_a_view_of_a_view_adds_offsets() {
     assert_eq!(runs(&n), 1);
 }
 
-/// Seed (004): "When the instance is deleted, the finalizer will be called" — its own, no
+/// Numba's reference: "When the instance is deleted, the finalizer will be called" — its own, no
 /// other.
 #[test]
 fn deleting_one_array_runs_only_its_finalizer() {
@@ -123,7 +123,7 @@ fn a_range_outside_the_pointer_is_an_error_not_a_panic() {
     assert_eq!(ptr.view(..).unwrap().device_ptr(), ptr.device_ptr());
 }
 
-/// Seed (001): "MappedMemory: used to hold information about host memory that is mapped into
+/// NBEP 7: "MappedMemory: used to hold information about host memory that is mapped into
 /// the device address space (a subclass of MemoryPointer)".
 #[test]
 fn mapped_pinned_and_managed_memory_share_the_owner_model() {

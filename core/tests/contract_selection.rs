@@ -75,7 +75,7 @@ fn context_with_env(g: &Arc<SimDriver>, env: Option<&str>) -> EmmResult<Context<
     Context::with_factory(g.clone(), DeviceId(0), &*f)
 }
 
-/// Seed (004): "Changing the memory manager will have no effect on existing contexts - only
+/// Numba's reference: "Changing the memory manager will have no effect on existing contexts - only
 /// contexts created after the memory manager was updated will use instances of the new memory
 /// manager."
 #[test]
@@ -101,7 +101,7 @@ fn only_contexts_created_after_set_memory_manager_use_the_new_manager() {
     );
 }
 
-/// Seed (004): "If the EMM Plugin version does not match one supported by this version of
+/// Numba's reference: "If the EMM Plugin version does not match one supported by this version of
 /// Numba, a RuntimeError will be raised."
 #[test]
 fn set_memory_manager_refuses_another_interface_version_and_keeps_the_old_one() {
@@ -184,7 +184,7 @@ impl MemoryManager for V3 {
     }
 }
 
-/// Seed (001): "When this variable is set, Numba will automatically use the memory manager
+/// NBEP 7: "When this variable is set, Numba will automatically use the memory manager
 /// from the specified module. Calls to set_memory_manager will issue a warning, but otherwise
 /// be ignored."
 #[test]

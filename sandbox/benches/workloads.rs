@@ -1,4 +1,4 @@
-//! The sandbox's figures, in one run: ns per op on W1, W2, W3 (`shared/workloads.md`) for the
+//! The sandbox's figures, in one run: ns per op on W1, W2, W3 (`emm_core::workloads`) for the
 //! first-fit example plugin sandboxed (with and without fuel and deadline), the same policy
 //! compiled natively behind the same lock and upstream, the built-in `PoolResource` and
 //! `cuMemAlloc` per op; then the time to load and start a plugin, to quarantine one and

@@ -1,7 +1,7 @@
 //! [`PluginManager`]: a sandboxed plugin as an EMM memory manager.
 //!
 //! The device side is a [`PluginResource`]; the host side (`memhostalloc`, `mempin`,
-//! `memallocmanaged`, their deferred frees) is emm's own [`HostOnlyManager`], as the seed's
+//! `memallocmanaged`, their deferred frees) is emm's own [`HostOnlyManager`], as Numba's
 //! "Providing device memory management only" intends: a policy decides where device memory
 //! goes and never touches pinned host memory. The ABI carries what a policy needs of the rest:
 //! `reset` calls `emm_reset` (then the host side's reset, which always runs), and

@@ -14,7 +14,7 @@ use emm_core::workloads::SplitMix64;
 use emm_core::{DeviceId, DevicePtr, Driver, StreamId};
 use emm_sim::{GIB, MIB};
 
-/// Seed (001): "memalloc … returns at least the requested bytes, 256-byte aligned … never
+/// emm's contract (plugins/ABI.md): "memalloc … returns at least the requested bytes, 256-byte aligned … never
 /// overlapping another live allocation; writes to one allocation never change another."
 #[test]
 fn allocations_are_aligned_disjoint_and_keep_their_contents() {
@@ -84,7 +84,7 @@ fn allocations_are_aligned_disjoint_and_keep_their_contents() {
     }
 }
 
-/// Seed (001): "Out of memory is an error, never a panic, and leaves the manager usable; after
+/// emm's contract (plugins/ABI.md): "Out of memory is an error, never a panic, and leaves the manager usable; after
 /// frees, the same request succeeds."
 #[test]
 fn out_of_memory_is_typed_and_the_same_request_succeeds_after_frees() {
@@ -114,7 +114,7 @@ fn out_of_memory_is_typed_and_the_same_request_succeeds_after_frees() {
     }
 }
 
-/// Seed (004): reset "clears up all memory allocated in this context" that the manager holds;
+/// Numba's reference: reset "clears up all memory allocated in this context" that the manager holds;
 /// memory still in use stays valid.
 #[test]
 fn reset_returns_empty_chunks_and_keeps_live_ones() {
@@ -140,7 +140,7 @@ fn reset_returns_empty_chunks_and_keeps_live_ones() {
     }
 }
 
-/// Seed (001): "Concurrent use from many threads never hands out overlapping memory."
+/// emm's contract (plugins/ABI.md): "Concurrent use from many threads never hands out overlapping memory."
 #[test]
 fn concurrent_threads_never_share_memory() {
     for name in EXAMPLES {
@@ -228,7 +228,7 @@ fn defer_cleanup_scopes_reach_the_plugin() {
     assert!(after > 0, "one empty slab per class stays");
 }
 
-/// Seed (004): "IpcHandle offset for suballocators": the offset inside the driver allocation.
+/// Numba's reference: "IpcHandle offset for suballocators": the offset inside the driver allocation.
 #[test]
 fn ipc_handles_carry_the_offset_inside_the_chunk() {
     let g = gpu(GIB);

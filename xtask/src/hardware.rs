@@ -1,10 +1,20 @@
-//! `cargo xtask hardware [--bundle-only] [--plugin PATH]...`: builds a self-contained bundle
-//! for a GPU machine (release `emm`, the hardware smoke tests, the wasm plugins and those
-//! given, a known-bad plugin for the gate's checks, the peers' harness, the C ABI's library
-//! with the Python package and its acceptance scripts, a run script and its report maker) into
-//! `target/hardware/`, and runs it when this machine has a GPU. A GPU machine without a Rust
-//! toolchain runs `target/hardware/run.sh` itself; it checks every plugin on the simulator
-//! first and runs on the GPU only those that pass.
+//! `cargo xtask hardware [--bundle-only] [--plugin PATH]... [--peers DIR] [--python-env DIR]`:
+//! builds a self-contained bundle for a GPU machine (release `emm`, the hardware smoke tests,
+//! the wasm plugins and those given, a known-bad plugin for the gate's checks, the C ABI's
+//! library with the Python package and its acceptance scripts, a run script and its report
+//! maker, and the two optional inputs below) into `target/hardware/`, and runs it when this
+//! machine has a GPU. A GPU machine without a Rust toolchain runs `target/hardware/run.sh`
+//! itself; it checks every plugin on the simulator first and runs on the GPU only those that
+//! pass.
+//!
+//! Optional inputs, each a folder given by flag or environment variable:
+//! - `--peers DIR` / `EMM_PEERS_DIR`: the peers' harness (RMM, PyTorch, CuPy and CUDA
+//!   allocators on the same workloads; its `run_all.sh` is what `run.sh` calls). Without it
+//!   the bundle runs without the peers.
+//! - `--python-env DIR` / `EMM_PYTHON_ENV_DIR`: the Python acceptance's environment:
+//!   `sitecustomize.py`, `wheels/`, and numba-cuda's baseline logs
+//!   (`numba-cuda-suite-default.log`, `numba-cuda-memory-modules-default.log`). Without it the
+//!   Python part has no environment fixes and no baselines.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -29,10 +39,31 @@ pub(crate) struct HardwareArgs {
     bundle_only: bool,
     /// Further `.wasm` plugins to check (simulator first, then the GPU).
     plugins: Vec<PathBuf>,
+    /// The peers' harness folder, if given.
+    peers: Option<PathBuf>,
+    /// The Python acceptance's environment folder, if given.
+    python_env: Option<PathBuf>,
 }
 
-/// Reads `[--bundle-only] [--plugin PATH]...`.
+/// The files a Python environment folder must hold.
+const PYTHON_ENV_FILES: [&str; 4] = [
+    "sitecustomize.py",
+    "wheels",
+    "numba-cuda-suite-default.log",
+    "numba-cuda-memory-modules-default.log",
+];
+
+/// Reads `[--bundle-only] [--plugin PATH]... [--peers DIR] [--python-env DIR]`, with
+/// `EMM_PEERS_DIR` and `EMM_PYTHON_ENV_DIR` standing in for the last two.
 pub(crate) fn parse(rest: &[OsString]) -> Result<HardwareArgs, String> {
+    parse_with(rest, |key| std::env::var_os(key).filter(|v| !v.is_empty()))
+}
+
+/// [`parse`], with `env` for the environment.
+fn parse_with(
+    rest: &[OsString],
+    env: impl Fn(&str) -> Option<OsString>,
+) -> Result<HardwareArgs, String> {
     let mut args = HardwareArgs::default();
     let mut it = rest.iter();
     while let Some(a) = it.next() {
@@ -44,11 +75,50 @@ pub(crate) fn parse(rest: &[OsString]) -> Result<HardwareArgs, String> {
                     .ok_or("--plugin needs the path of a .wasm plugin after it")?;
                 args.plugins.push(PathBuf::from(path));
             }
+            flag @ ("--peers" | "--python-env") => {
+                let dir = it
+                    .next()
+                    .ok_or_else(|| format!("{flag} needs a folder after it"))?;
+                let slot = if flag == "--peers" {
+                    &mut args.peers
+                } else {
+                    &mut args.python_env
+                };
+                *slot = Some(PathBuf::from(dir));
+            }
             other => {
                 return Err(format!(
-                    "`hardware` takes --bundle-only and --plugin PATH.wasm, not `{other}`"
+                    "`hardware` takes --bundle-only, --plugin PATH.wasm, --peers DIR and \
+                     --python-env DIR, not `{other}`"
                 ))
             }
+        }
+    }
+    args.peers = args
+        .peers
+        .or_else(|| env("EMM_PEERS_DIR").map(PathBuf::from));
+    args.python_env = args
+        .python_env
+        .or_else(|| env("EMM_PYTHON_ENV_DIR").map(PathBuf::from));
+    if let Some(dir) = &args.peers {
+        if !dir.join("run_all.sh").is_file() {
+            return Err(format!(
+                "--peers (or EMM_PEERS_DIR) {}: give the peers' harness folder, the one holding run_all.sh",
+                dir.display()
+            ));
+        }
+    }
+    if let Some(dir) = &args.python_env {
+        let missing: Vec<&str> = PYTHON_ENV_FILES
+            .into_iter()
+            .filter(|f| !dir.join(f).exists())
+            .collect();
+        if !missing.is_empty() {
+            return Err(format!(
+                "--python-env (or EMM_PYTHON_ENV_DIR) {}: the folder lacks {}",
+                dir.display(),
+                missing.join(", ")
+            ));
         }
     }
     for p in &args.plugins {
@@ -189,8 +259,9 @@ fn write(path: &Path, text: &str) -> Result<(), Failure> {
     std::fs::write(path, text).map_err(|e| fail(format!("cannot write {}: {e}", path.display())))
 }
 
-/// Builds the bundle with the extra `plugins`; returns its folder.
-fn bundle(plugins: &[PathBuf]) -> Result<PathBuf, Failure> {
+/// Builds the bundle with the extra plugins and inputs of `args`; returns its folder.
+fn bundle(args: &HardwareArgs) -> Result<PathBuf, Failure> {
+    let plugins = &args.plugins;
     let root = workspace_root();
     wasm()?;
     run(
@@ -233,7 +304,12 @@ fn bundle(plugins: &[PathBuf]) -> Result<PathBuf, Failure> {
         &release.join("examples/host_floor"),
         &dir.join("bin/host_floor"),
     )?;
-    python_bundle(&root, &release, &dir.join("python"))?;
+    python_bundle(
+        &root,
+        &release,
+        &dir.join("python"),
+        args.python_env.as_deref(),
+    )?;
     copy(&smoke, &dir.join("bin/emm-cuda-hardware"))?;
     copy_dir(&root.join("target/wasm"), &dir.join("wasm"))?;
     for p in plugins {
@@ -250,15 +326,12 @@ fn bundle(plugins: &[PathBuf]) -> Result<PathBuf, Failure> {
     let known_bad = dir.join("gate/known_bad.wasm");
     std::fs::write(&known_bad, KNOWN_BAD_WASM)
         .map_err(|e| fail(format!("cannot write {}: {e}", known_bad.display())))?;
-    // The peers' harness sits beside the checkout (shared/peers); the bundle works without it.
-    let peers = root.join("../shared/peers");
-    if peers.is_dir() {
-        copy_dir(&peers, &dir.join("peers"))?;
-    } else {
-        eprintln!(
-            "==> hardware: {} not found; the bundle runs without the peers",
-            peers.display()
-        );
+    // The peers' harness is an input (`--peers`); the bundle works without it.
+    match &args.peers {
+        Some(peers) => copy_dir(peers, &dir.join("peers"))?,
+        None => eprintln!(
+            "==> hardware: no --peers DIR (or EMM_PEERS_DIR); the bundle runs without the peers"
+        ),
     }
     write(&dir.join("run.sh"), RUN_SH)?;
     write(&dir.join("report.py"), REPORT_PY)?;
@@ -269,9 +342,14 @@ fn bundle(plugins: &[PathBuf]) -> Result<PathBuf, Failure> {
     Ok(dir)
 }
 
-/// `python/`: the emm package with `libemm.so`, the acceptance scripts, the machine's two
-/// environment fixes and the numba-cuda baselines (both from `../shared/hardware`).
-fn python_bundle(root: &Path, release: &Path, dir: &Path) -> Result<(), Failure> {
+/// `python/`: the emm package with `libemm.so`, the acceptance scripts, and from `env` (the
+/// `--python-env` folder, if given) the environment fixes and the numba-cuda baselines.
+fn python_bundle(
+    root: &Path,
+    release: &Path,
+    dir: &Path,
+    env: Option<&Path>,
+) -> Result<(), Failure> {
     copy_dir_except(
         &root.join("capi/python/emm"),
         &dir.join("emm"),
@@ -282,28 +360,26 @@ fn python_bundle(root: &Path, release: &Path, dir: &Path) -> Result<(), Failure>
         write(&dir.join(name), text)?;
     }
     make_executable(&dir.join("run_python.sh"))?;
-    let shared = root.join("../shared/hardware");
-    if !shared.is_dir() {
+    let Some(input) = env else {
         eprintln!(
-            "==> hardware: {} not found; the python part will lack the environment fixes and baselines",
-            shared.display()
+            "==> hardware: no --python-env DIR (or EMM_PYTHON_ENV_DIR); the python part will lack the environment fixes and baselines"
         );
         return Ok(());
-    }
+    };
     for sub in ["env", "baselines"] {
         std::fs::create_dir_all(dir.join(sub))
             .map_err(|e| fail(format!("cannot create the bundle: {e}")))?;
     }
     copy(
-        &shared.join("sitecustomize.py"),
+        &input.join("sitecustomize.py"),
         &dir.join("env/sitecustomize.py"),
     )?;
-    copy_dir(&shared.join("wheels"), &dir.join("env"))?;
+    copy_dir(&input.join("wheels"), &dir.join("env"))?;
     for log in [
         "numba-cuda-suite-default.log",
         "numba-cuda-memory-modules-default.log",
     ] {
-        copy(&shared.join(log), &dir.join("baselines").join(log))?;
+        copy(&input.join(log), &dir.join("baselines").join(log))?;
     }
     Ok(())
 }
@@ -332,7 +408,7 @@ fn has_gpu() -> bool {
 
 /// `cargo xtask hardware [--bundle-only] [--plugin PATH]...`.
 pub(crate) fn hardware(args: &HardwareArgs) -> Result<(), Failure> {
-    let dir = bundle(&args.plugins)?;
+    let dir = bundle(args)?;
     if args.bundle_only {
         eprintln!(
             "==> hardware: --bundle-only: on the GPU machine run `bash {}/run.sh`",
@@ -362,6 +438,25 @@ mod tests {
         let e = parse(&os(&["--plugin", "/nonexistent/x.wasm"])).unwrap_err();
         assert!(e.contains("give an existing .wasm file"), "{e}");
         assert!(parse(&os(&["--frob"])).is_err());
+        // The peers and the Python environment: by flag or variable, checked either way.
+        let none = |_: &str| None;
+        assert!(parse_with(&[], none).is_ok_and(|a| a.peers.is_none() && a.python_env.is_none()));
+        assert!(parse_with(&os(&["--peers"]), none).is_err());
+        let e = parse_with(&os(&["--peers", "/nonexistent"]), none).unwrap_err();
+        assert!(e.contains("the one holding run_all.sh"), "{e}");
+        let from_env =
+            |k: &str| (k == "EMM_PYTHON_ENV_DIR").then(|| OsString::from("/nonexistent"));
+        let e = parse_with(&[], from_env).unwrap_err();
+        assert!(
+            e.contains("EMM_PYTHON_ENV_DIR") && e.contains("sitecustomize.py"),
+            "{e}"
+        );
+        let dir = std::env::temp_dir().join(format!("emm-xtask-peers-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("run_all.sh"), "").unwrap();
+        let a = parse_with(&os(&["--peers", dir.to_str().unwrap()]), none).unwrap();
+        assert_eq!(a.peers.as_deref(), Some(dir.as_path()));
+        std::fs::remove_dir_all(&dir).unwrap();
         // The known-bad plugin is a wasm binary, not text.
         assert!(KNOWN_BAD_WASM.starts_with(b"\0asm"));
     }

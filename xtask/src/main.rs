@@ -1,6 +1,7 @@
 //! `cargo xtask`: emm's developer commands, written with std only.
 //!
-//! - `test`: install what the build needs, build the wasm plugins, then fmt check, clippy, the
+//! - `test`: install what the build needs, build the wasm plugins, then fmt check, the docs
+//!   check, clippy, the
 //!   workspace tests, the installed Python package's tests, `cargo package`, a downstream
 //!   cudarc user's build (see [`packaging`]) and the loom model checks (CI runs this through
 //!   `.ci/run`).
@@ -9,8 +10,10 @@
 //!   the `.wasm` files to `target/wasm/`, where the sandbox's tests and benchmarks find them.
 //! - `demo [args...]`: the simulated GPU's scripted demo (`emm-sim`'s `demo` example).
 //! - `bench`: the benchmarks.
-//! - `hardware [--bundle-only] [--plugin PATH]...`: the GPU bundle (see [`hardware`]), run here
-//!   if there is a GPU.
+//! - `docs [--write]`: the book's generated tables, its links and the README's, and the book's
+//!   build (see [`docs`]).
+//! - `hardware [--bundle-only] [--plugin PATH]... [--peers DIR] [--python-env DIR]`: the GPU
+//!   bundle (see [`hardware`]), run here if there is a GPU.
 //! - `soak --minutes N`, `fuzz [--seconds N] [target...]`, `loom [--preemptions N] [--release]`:
 //!   see [`reliability`].
 //! - `help`: the usage text.
@@ -24,9 +27,11 @@ use std::io;
 use std::path::PathBuf;
 use std::process::{Command, ExitCode, Stdio};
 
+mod docs;
 mod hardware;
 mod packaging;
 mod reliability;
+mod tables;
 
 /// The usage text for `help`, no arguments, or a bad command line.
 const USAGE: &str = "\
@@ -48,12 +53,18 @@ commands:
                    args are passed to it), then the conformance suite against every built-in
                    manager and the example wasm plugins
   bench            run the benchmarks (emm-sim)
-  hardware [--bundle-only] [--plugin PATH.wasm]...
+  docs [--write]   check that the book's tables match benchmarks/data/ (--write: rewrite
+                   them), that every link of README.md and docs/book/ resolves, and build
+                   the book with mdBook into target/book/ (installing mdBook into
+                   target/tools/ when no mdbook of the pinned version is on PATH)
+  hardware [--bundle-only] [--plugin PATH.wasm]... [--peers DIR] [--python-env DIR]
                    build target/hardware/ (release emm, smoke tests, wasm plugins and those
-                   given with --plugin, the peers, run.sh) and, on a GPU machine, run it:
+                   given with --plugin, run.sh) and, on a GPU machine, run it:
                    every plugin on the simulator first, then on the GPU only if it passed
                    there (through the gate), the gate's own checks, the workloads beside
-                   the peers, report.md
+                   the peers, report.md. --peers (or EMM_PEERS_DIR): the peers' harness
+                   folder; --python-env (or EMM_PYTHON_ENV_DIR): the Python acceptance's
+                   wheels, sitecustomize.py and numba-cuda baseline logs
   soak [--minutes N]
                    build a release emm and the plugins, then `emm soak` for N minutes
                    (default 30): random workloads, driver faults, plugin quarantines
@@ -113,6 +124,11 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|| result(packaging::install_checks())),
             "demo" => result(demo(&rest)),
             "bench" => no_args("bench", &rest).unwrap_or_else(|| result(bench())),
+            "docs" => match rest.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>()[..] {
+                [] => result(docs::docs(false)),
+                [ref w] if w == "--write" => result(docs::docs(true)),
+                _ => Outcome::Usage("`docs` takes only --write".to_owned()),
+            },
             "soak" => result(reliability::soak(&rest)),
             "fuzz" => result(reliability::fuzz(&rest)),
             "loom" => result(reliability::loom(&rest)),
@@ -152,6 +168,7 @@ fn test() -> Result<(), Failure> {
     // The sandbox's tests load these; they fail (not skip) without them.
     wasm()?;
     run("fmt", cargo(["fmt", "--all", "--check"]))?;
+    docs::docs(false)?;
     run(
         "fmt plugins",
         cargo([

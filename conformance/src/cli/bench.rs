@@ -1,4 +1,4 @@
-//! `emm bench`: the standard workloads (`shared/workloads.md`) against named resources, on the
+//! `emm bench`: the standard workloads (`emm_core::workloads`) against named resources, on the
 //! simulated GPU or the real one, as a table or one JSON object per (resource, workload).
 
 use std::sync::Arc;

@@ -1,5 +1,5 @@
 //! The peers' figures for `emm bench --report --peers FILES`: the `RESULT` lines of the peers'
-//! harness (`shared/peers`, one thread) and the `THREADS` lines of the bundle's many-threads
+//! harness (`cargo xtask hardware --peers DIR`, one thread) and the `THREADS` lines of the bundle's many-threads
 //! driver (`xtask/hardware/peers_threads.cu`).
 
 /// A peer's figure read from the peers' harness output (`RESULT …` and `THREADS …` lines).

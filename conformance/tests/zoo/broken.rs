@@ -14,7 +14,7 @@ use emm_core::{ContextId, DevicePtr, Driver, HostPtr, StreamId};
 
 use super::block::{BlockResource, Flaw};
 
-/// One bug class of the issue, or none.
+/// One class of contract bug the suite must catch, or none.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Bug {
     /// A correct manager over [`BlockResource`] (the control: it must pass everything).
@@ -38,7 +38,7 @@ pub enum Bug {
 }
 
 impl Bug {
-    /// Every bug class, in the issue's order.
+    /// Every bug class, in a fixed order.
     pub const ALL: [Bug; 14] = [
         Bug::OverlappingAllocations,
         Bug::MisalignedPointers,

@@ -1,6 +1,6 @@
 //! A training-loop-like workload on the simulated GPU (1 GiB, H100 costs) at 0.5×, 1× and 2×
 //! device memory: the caching managed allocator against plain managed allocation and against
-//! explicit copies. Prints the README's "Unified memory" table; `--sweep` prints the
+//! explicit copies. Prints the table of the book's "Benchmarks"; `--sweep` prints the
 //! measurements behind the allocator's rounding and segment sizes; `--hot-path` the wall-clock
 //! cost of an allocate or free on the standard workloads W1, W2, W3.
 //!

@@ -1,4 +1,4 @@
-//! The four ways of managing the workload's memory that the README compares.
+//! The four ways of managing the workload's memory that the example compares.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -1,8 +1,8 @@
 //! [`Context`]: one device context and the one memory manager instance bound to it.
 //!
-//! The seed (004): "Numba instantiates one instance of the EMM Plugin class per context" and
+//! Numba's reference: "Numba instantiates one instance of the EMM Plugin class per context" and
 //! the allocation methods "are always called when the current CUDA context is the context
-//! that owns the EMM Plugin instance". The context forwards to its manager, as the seed's
+//! that owns the EMM Plugin instance". The context forwards to its manager, as Numba's
 //! `Context.memalloc` does, and keeps its own pending deallocations for streams, events and
 //! modules, which the manager never sees.
 
@@ -208,7 +208,7 @@ impl<D: Driver> Context<D> {
         self.manager.memhostalloc(size, mapped, portable, wc)
     }
 
-    /// Pins host memory through the manager (the seed's `Context.mempin`, with its check).
+    /// Pins host memory through the manager (Numba's `Context.mempin`, with its check).
     ///
     /// # Errors
     ///
@@ -312,7 +312,7 @@ impl<D: Driver> Context<D> {
     }
 
     /// Defers cleanup in the manager and in the context's own deallocations while the guard
-    /// lives (the seed's `Context.defer_cleanup`).
+    /// lives (Numba's `Context.defer_cleanup`).
     pub fn defer_cleanup(&self) -> DeferCleanupGuard {
         self.manager
             .defer_cleanup()

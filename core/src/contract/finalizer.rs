@@ -1,7 +1,7 @@
 //! [`Finalizer`]: what runs when the last owner of a buffer goes, and [`Dealloc`], the
 //! deallocations a finalizer hands to a [`DeallocSink`] (usually a `PendingDeallocs`).
 //!
-//! The seed (NBEP 7): "finalizer: A method that is called when the last reference to the
+//! NBEP 7: "finalizer: A method that is called when the last reference to the
 //! MemoryPointer object is released. Usually this will make a call to the external memory
 //! management library to inform it that the memory is no longer required, and that it could
 //! potentially be freed (though the EMM is not required to free it immediately)."
@@ -124,7 +124,7 @@ enum Kind {
 
 /// What runs, exactly once, when the last owner of a buffer (including every view) is dropped.
 ///
-/// Either a user's closure (as the seed's `test_user_extension` passes `finalizer=dtor`), or a
+/// Either a user's closure (as Numba's `test_user_extension` passes `finalizer=dtor`), or a
 /// [`Dealloc`] handed to a [`DeallocSink`] — the built-in managers' form, which costs no
 /// allocation beyond the pointer's own.
 pub struct Finalizer(Kind);

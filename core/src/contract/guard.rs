@@ -2,12 +2,12 @@
 
 use std::fmt;
 
-/// While alive, the manager that returned it avoids expensive cleanup (the seed's
+/// While alive, the manager that returned it avoids expensive cleanup (Numba's
 /// `defer_cleanup()` context manager, in Rust form: the scope is the guard's lifetime).
 ///
 /// Guards nest: cleanup resumes when the last one is dropped. An early return with `?` or a
-/// panic inside the scope drops the guard, so an error inside it re-enables cleanup, as the
-/// seed's `with` block does.
+/// panic inside the scope drops the guard, so an error inside it re-enables cleanup, as Numba's
+/// `with` block does.
 #[must_use = "cleanup is deferred only while the guard is alive"]
 pub struct DeferCleanupGuard {
     // Run in reverse order on drop: the last hold taken is the first released.

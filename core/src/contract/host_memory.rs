@@ -2,7 +2,7 @@
 //! [`PinnedMemory`] (page-locked host memory) and [`HostMemory`], what `memhostalloc` and
 //! `mempin` return.
 //!
-//! The seed (NBEP 7): "Returns a `MappedMemory` or `PinnedMemory` instance that owns the
+//! NBEP 7: "Returns a `MappedMemory` or `PinnedMemory` instance that owns the
 //! allocated memory, depending on whether the region was mapped into device memory." Both
 //! share the buffer model of [`MemoryPointer`]: clones and views keep the owner alive and the
 //! finalizer runs once, with the last of them.
@@ -16,7 +16,7 @@ use crate::contract::pointer::{BufferParts, MemoryPointer, PinOwner, Span};
 use crate::driver::{ContextId, DevicePtr, HostPtr};
 
 /// Host memory mapped into the device address space: a host pointer and a device pointer to
-/// the same bytes (the seeds' `MappedMemory`, a kind of `MemoryPointer`).
+/// the same bytes (Numba's `MappedMemory`, a kind of `MemoryPointer`).
 #[derive(Clone)]
 pub struct MappedMemory {
     span: Span,
@@ -86,7 +86,7 @@ impl MappedMemory {
     }
 
     /// The device side as a [`MemoryPointer`] sharing this owner (a `MappedMemory` is a
-    /// `MemoryPointer` in the seeds).
+    /// `MemoryPointer` in Numba).
     pub fn as_memory_pointer(&self) -> MemoryPointer {
         MemoryPointer::from_span(self.span.clone())
     }
@@ -102,7 +102,7 @@ impl fmt::Debug for MappedMemory {
     }
 }
 
-/// Page-locked host memory that is not mapped into the device (the seeds' `PinnedMemory`).
+/// Page-locked host memory that is not mapped into the device (Numba's `PinnedMemory`).
 #[derive(Clone)]
 pub struct PinnedMemory {
     span: Span,

@@ -1,8 +1,8 @@
 //! [`IpcHandle`]: a CUDA IPC handle that another process opens to reach the same bytes, and
-//! [`get_ipc_handle_via_driver`], the default `get_ipc_handle` (the seed's
+//! [`get_ipc_handle_via_driver`], the default `get_ipc_handle` (Numba's
 //! `GetIpcHandleMixin`).
 //!
-//! The seed (004): "If the underlying memory does not point to the base of an allocation
+//! Numba's reference: "If the underlying memory does not point to the base of an allocation
 //! returned by the CUDA driver or runtime API (e.g. if a pool allocator is in use) then the
 //! offset from the base must be provided." The handle names the driver allocation; `offset`
 //! says where the pointer lies inside it.
@@ -16,7 +16,7 @@ use crate::contract::error::{EmmError, EmmResult};
 use crate::contract::pointer::MemoryPointer;
 use crate::driver::{ContextId, DeviceId, DevicePtr, Driver, IpcMemHandle};
 
-/// The device an IPC handle was made on (the seed's `source_info`, Numba's device identity).
+/// The device an IPC handle was made on (Numba's `source_info`, Numba's device identity).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct SourceInfo {
     /// The backend that made the handle (`sim`, `cuda`).
@@ -51,7 +51,7 @@ struct Opened {
 /// and the offset of the exported pointer inside the driver allocation.
 ///
 /// Serializable (serde) so that it can be sent to another process; the exporting side keeps
-/// the exported memory alive for as long as its `IpcHandle` lives (the seed's `base`). Opening
+/// the exported memory alive for as long as its `IpcHandle` lives (Numba's `base`). Opening
 /// is tracked per handle value: [`IpcHandle::open`] on an open handle is
 /// [`EmmError::IpcAlreadyOpened`], [`IpcHandle::close`] on a closed one
 /// [`EmmError::IpcNotOpened`]. Dropping an open handle closes it. A clone starts closed; a
@@ -200,7 +200,7 @@ impl fmt::Debug for IpcHandle {
     }
 }
 
-/// The default `get_ipc_handle` (the seed's `GetIpcHandleMixin`): finds the base of the driver
+/// The default `get_ipc_handle` (Numba's `GetIpcHandleMixin`): finds the base of the driver
 /// allocation holding `memory` with `cuMemGetAddressRange`, makes a handle for it with
 /// `cuIpcGetMemHandle`, and records the offset of `memory` from that base. Right for any
 /// suballocator whose memory comes from driver allocations.

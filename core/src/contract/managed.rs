@@ -1,7 +1,7 @@
 //! [`ManagedMemory`]: unified memory from `memallocmanaged`, one address valid on the host and
 //! every device.
 //!
-//! The base class of the seeds omits `memallocmanaged`, but Numba's context calls it
+//! Numba's base class omits `memallocmanaged`, but Numba's context calls it
 //! (numba#6328); emm makes it part of the contract, with a default that says it is
 //! unsupported.
 

@@ -1,6 +1,6 @@
 //! [`MemoryManager`]: the EMM plugin interface, version [`INTERFACE_VERSION`].
 //!
-//! The contract of NBEP 7 (`shared/seeds/001_…`) as shipped (`shared/seeds/004_…`). Where the
+//! The contract of NBEP 7 as shipped in Numba's EMM plugin reference. Where the
 //! two differ, emm follows the shipped reference:
 //! - `get_memory_info` may say it is unsupported (004: "May raise NotImplementedError"; 001
 //!   makes it mandatory) — here [`EmmError::Unsupported`].
@@ -25,7 +25,7 @@ use crate::driver::{HostPtr, MemInfo, StreamId};
 /// The version of the plugin interface emm implements. "At present, this should always be 1."
 pub const INTERFACE_VERSION: u32 = 1;
 
-/// Free and total memory of the device, in bytes (the seeds' `MemoryInfo` named tuple).
+/// Free and total memory of the device, in bytes (Numba's `MemoryInfo` named tuple).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct MemoryInfo {
     /// Free device memory in bytes.
@@ -167,7 +167,7 @@ pub trait MemoryManager: Send + Sync {
 
     /// An IPC handle for `memory`, with the offset of `memory` inside the driver allocation
     /// that holds it. [`crate::contract::ipc::get_ipc_handle_via_driver`] is the default
-    /// behaviour (the seed's `GetIpcHandleMixin`).
+    /// behaviour (Numba's `GetIpcHandleMixin`).
     ///
     /// # Errors
     ///

@@ -1,7 +1,9 @@
 //! The EMM plugin contract: managers, pointers, contexts, deferred cleanup and IPC.
 //!
-//! The contract of NBEP 7 (`shared/seeds/001_…`) as shipped in Numba's reference
-//! (`shared/seeds/004_…`); where they differ emm follows 004, and [`manager`] lists the
+//! The contract of NBEP 7 (https://numba.readthedocs.io/en/stable/proposals/external-memory-management.html)
+//! as shipped in Numba's EMM plugin reference
+//! (https://numba.readthedocs.io/en/stable/cuda/external-memory.html); where they differ emm
+//! follows the reference, and [`manager`] lists the
 //! differences. Modules:
 //! - [`manager`]: the [`MemoryManager`] trait (interface v1 plus `memallocmanaged` and the
 //!   stream-ordered extension), [`Capabilities`], [`MemoryInfo`], [`INTERFACE_VERSION`].

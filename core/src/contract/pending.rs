@@ -1,6 +1,6 @@
 //! [`PendingDeallocs`]: Numba's deferred deallocation strategy (`_PendingDeallocs`).
 //!
-//! The seed (001): "cleanup functions (such as `cuMemFree`) for the items above are added to
+//! NBEP 7: "cleanup functions (such as `cuMemFree`) for the items above are added to
 //! its list of pending deallocations by the finalizers of objects representing allocations …
 //! When the addition of a new cleanup function to the deallocation list causes the number or
 //! size of pending deallocations to exceed a configured ratio, the `_PendingDeallocs` object
@@ -187,7 +187,7 @@ impl<D: Driver + ?Sized> PendingDeallocs<D> {
             || st.capacity.is_some_and(|c| st.bytes > self.max_bytes(c))
     }
 
-    /// Holds flushing until the guard is dropped (the seed's `deallocations.disable()`).
+    /// Holds flushing until the guard is dropped (Numba's `deallocations.disable()`).
     /// Guards nest; when the last goes, a queue over its thresholds flushes.
     pub fn disable(self: &Arc<Self>) -> DeferCleanupGuard {
         self.lock().disabled += 1;

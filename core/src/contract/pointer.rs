@@ -3,7 +3,7 @@
 //! Every pointer type of the contract ([`MemoryPointer`], `MappedMemory`, `PinnedMemory`,
 //! `ManagedMemory`) is a window (`offset`, `size`) onto one shared buffer. The buffer holds the
 //! finalizer; cloning a pointer or taking a view adds an owner, and the finalizer runs when the
-//! last owner goes — the seeds' `own()` and `view()` in Rust form.
+//! last owner goes — Numba's `own()` and `view()` in Rust form.
 
 use std::any::Any;
 use std::fmt;
@@ -14,7 +14,7 @@ use crate::contract::error::{EmmError, EmmResult};
 use crate::contract::finalizer::Finalizer;
 use crate::driver::{ContextId, DevicePtr, HostPtr};
 
-/// The object that owns memory passed to `mempin` (the seed's `owner`, e.g. a host array). A
+/// The object that owns memory passed to `mempin` (Numba's `owner`, e.g. a host array). A
 /// pinned pointer keeps it alive for as long as the pin lasts.
 pub type PinOwner = Arc<dyn Any + Send + Sync>;
 
@@ -191,9 +191,9 @@ pub struct Released {
     pub finalizer: Option<Finalizer>,
 }
 
-/// A pointer to device memory that owns its buffer (the seeds' `MemoryPointer`).
+/// A pointer to device memory that owns its buffer (Numba's `MemoryPointer`).
 ///
-/// Cloning adds an owner (the seed's `own()`); [`MemoryPointer::view`] returns a sub-slice that
+/// Cloning adds an owner (Numba's `own()`); [`MemoryPointer::view`] returns a sub-slice that
 /// also keeps the owner alive and carries its offset (a view of a view adds offsets). The
 /// finalizer runs exactly once, when the last owner — clone or view — is dropped.
 ///

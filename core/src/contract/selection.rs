@@ -1,9 +1,9 @@
 //! Process-wide choice of the memory manager: [`set_memory_manager`], a registry of built-in
 //! managers, and the `EMM_MEMORY_MANAGER` environment variable that overrides both.
 //!
-//! The seed (001): "When this variable is set, Numba will automatically use the memory manager
+//! NBEP 7: "When this variable is set, Numba will automatically use the memory manager
 //! from the specified module. Calls to `set_memory_manager` will issue a warning, but
-//! otherwise be ignored." And (004): "At the time of their creation, contexts are bound to an
+//! otherwise be ignored." And Numba's reference: "At the time of their creation, contexts are bound to an
 //! instance of a memory manager for their lifetime … only contexts created after the memory
 //! manager was updated will use instances of the new memory manager."
 //!

@@ -1,7 +1,7 @@
 //! [`Stream`] and [`Event`]: objects a [`crate::contract::Context`] owns and destroys through
 //! its own pending deallocations.
 //!
-//! The seed (001): "The Context class will still instantiate self.allocations and
+//! NBEP 7: "The Context class will still instantiate self.allocations and
 //! self.deallocations as before - these will still be used by the context to manage the
 //! allocations and deallocations of events, streams, and modules, which are not handled by the
 //! EMM plugin."

@@ -1,10 +1,10 @@
 //! [`HostOnlyManager`]: the host side of the contract composed with any device memory
 //! resource, so that any resource chain (pools, arenas, adaptors) becomes an EMM plugin.
 //!
-//! The seed's "Providing device memory management only" (`HostOnlyCUDAMemoryManager`), in
+//! Numba's "Providing device memory management only" (`HostOnlyCUDAMemoryManager`), in
 //! Rust form: rather than a subclass that must remember to call `super()`, the device side is
 //! a [`DeviceMemoryResource`] given to the manager, plus optional hooks for its own reset and
-//! deferral. The seed's rules then hold by construction: "If `reset` is overridden, it must
+//! deferral. Numba's rules then hold by construction: "If `reset` is overridden, it must
 //! also call `super().reset()`" — the host reset always runs, after the hook, even when the
 //! hook fails; "If `defer_cleanup` is overridden, it must hold an active context manager from
 //! `super().defer_cleanup()`" — the host guard is taken first and released last.

@@ -13,7 +13,7 @@ use crate::contract::{
 use crate::driver::{ContextId, DevicePtr, Driver, HostAllocFlags, HostPtr};
 use crate::error::{DriverError, DriverResult};
 
-/// The host side of a manager (the seed's `HostOnlyCUDAMemoryManager` without `memalloc`).
+/// The host side of a manager (Numba's `HostOnlyCUDAMemoryManager` without `memalloc`).
 pub(crate) struct HostSide<D: Driver + ?Sized> {
     pub(crate) driver: Arc<D>,
     pub(crate) context: ContextId,

@@ -56,7 +56,7 @@ fn expect_frees(d: &mut MockDriver, seq: &mut Sequence, ptrs: &[u64], frees: &Ar
     }
 }
 
-/// Seed (001): "When the addition of a new cleanup function to the deallocation list causes
+/// NBEP 7: "When the addition of a new cleanup function to the deallocation list causes
 /// the number or size of pending deallocations to exceed a configured ratio, the
 /// `_PendingDeallocs` object runs deallocators for all items it knows about."
 #[test]
@@ -90,7 +90,7 @@ fn pending_deallocs_flush_on_the_eleventh_pending_free() {
     assert!(m.deallocations().is_empty());
 }
 
-/// Seed (001): "[defer_cleanup is] a mechanism for preventing deallocations entirely during
+/// NBEP 7: "[defer_cleanup is] a mechanism for preventing deallocations entirely during
 /// critical sections"; when the last guard goes, the queue over its threshold flushes.
 #[test]
 fn defer_cleanup_holds_the_eleventh_free_until_the_guard_goes() {

@@ -2,7 +2,7 @@
 //! memory held against peak live bytes — shared by `cargo bench` (`core/benches/resources.rs`)
 //! and the `emm bench` command.
 //!
-//! The protocol is the one the peers were measured with (`shared/workloads.md`): one stream;
+//! The protocol is the one the peer allocators were measured with: one stream;
 //! the whole op list once untimed as warm-up; then timed passes, host clock around the op loop
 //! plus a final context synchronize, the median pass divided by the number of ops. Memory held
 //! is the device's free memory before the resource was built minus its free memory after each
@@ -121,7 +121,7 @@ fn json_string(s: &str) -> String {
 /// Replays `workload` once against `resource` on `stream`, calling `after_alloc` after each
 /// allocation. Everything allocated is freed even when a step fails.
 ///
-/// The loop is the peers' (`shared/peers/src/workload.hpp`): one `(pointer, size)` per live
+/// The loop is the peers' harness's: one `(pointer, size)` per live
 /// entry, swap-remove on a free, so the harness charges emm what it charges them.
 ///
 /// # Errors
@@ -260,7 +260,7 @@ pub fn run<R: DeviceMemoryResource>(
 
 /// [`run`] on the chain named `name` ([`crate::mr::named`]), built on `driver` and measured as
 /// its own type: its allocate and free are then compiled into the replay loop, as the peers'
-/// harness (`shared/peers/src/workload.hpp`, a template over the allocator) compiles theirs,
+/// harness (a C++ template over the allocator) compiles theirs,
 /// instead of being called through `dyn DeviceMemoryResource` (15–17 instructions an operation
 /// more on W1 and W3, callgrind).
 ///

@@ -48,7 +48,7 @@ use crate::workloads::{self, Workload};
 
 /// The most memory a resource may hold from the device, as a multiple of the peak of all
 /// threads' live bytes together, on the standard workloads by up to 16 threads (the scaling
-/// target of issue #11: throughput × 8 from 1 to 16 threads within this bound).
+/// target: throughput × 8 from 1 to 16 threads within this bound).
 pub const HELD_BOUND: f64 = 1.25;
 
 /// How a many-threads benchmark runs.

@@ -40,9 +40,9 @@
 //! - **Use and cost**: the general-purpose suballocator. Allocation and free are O(1) and
 //!   allocate on the host only to grow their tables (amortized) and on a stream's first use
 //!   (30–45 ns per operation on W1, W2, W3 on the 2-core build machine, as its speed goes;
-//!   on the lent H100's hosts 27–32 ns in their fast phases and medians of 33–47 over 12–16
-//!   processes a list, measured through `bench::run_named`, which inlines these calls:
-//!   README, "Session 15 on the lent H100"); growth costs one upstream
+//!   on H100 hosts 27–32 ns in their fast phases and medians of 33–47 over 12–16
+//!   processes a list, measured through `bench::run_named`, which inlines these calls);
+//!   growth costs one upstream
 //!   call, or a free-memory query, two driver calls per handle mapped (at most 64) and one
 //!   more. Memory held at peak measured 1.06–1.08 × peak live bytes on W1, W2, W3 without
 //!   preallocation (1.08–1.11 with chunks). The segment's memory cannot be exported with
@@ -465,7 +465,7 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
     /// it, with the lock let go over the upstream calls: a `cuMemAlloc` of a chunk took about
     /// 100 µs on the H100 host, and with the lock held through it, 16 threads of
     /// `ShardedPoolResource` (W1 on own streams) waited 1.6 ms on average for each call into
-    /// the shared pool (`docs/results/2026-11-24-h100-s7/c29`). Fully free chunks are taken
+    /// the shared pool. Fully free chunks are taken
     /// out under the lock and given back without it (the trim before growing); chunks in
     /// flight count against the maximum size. On out of memory, every free chunk goes back,
     /// and the exact request is tried once more with the lock held.

@@ -64,10 +64,10 @@ pub struct PoolOptions {
 }
 
 impl PoolOptions {
-    /// The default growth policy, chosen by measurement on W1, W2 and W3 (README, "Figures").
+    /// The default growth policy, chosen by measurement on W1, W2 and W3 (the book's "Resources and adaptors").
     pub const DEFAULT_GROWTH: Growth = Growth::Exact;
 
-    /// The default backing, chosen by measurement on W1, W2 and W3 (README, "Figures").
+    /// The default backing, chosen by measurement on W1, W2 and W3 (the book's "Resources and adaptors").
     pub const DEFAULT_BACKING: Backing = Backing::Expandable;
 
     /// Sets the bytes taken from upstream at construction.

@@ -58,7 +58,7 @@
 //!   (O(shards + its spare chunks)), and takes chunks from another shard or the shared pool;
 //!   once a thread's shard holds what its recent peak needs, it does not grow again. The
 //!   many-threads benchmark counts the chunk moves and driver calls per 1 000 operations
-//!   (README, "Many threads").
+//!   (the book's "Benchmarks", "Many threads").
 
 use std::cell::Cell;
 
@@ -77,7 +77,7 @@ const NAME: &str = "ShardedPoolResource";
 
 /// Shards take chunks of the request rounded up to this (1 MiB) from the shared pool (more for
 /// a shard with much live, `grow_chunk`). Measured
-/// here (README, "Many threads"): while shards gave chunks back on frees, W1 (1 B to 1 MiB) by
+/// here: while shards gave chunks back on frees, W1 (1 B to 1 MiB) by
 /// one thread moved 254 chunks through the shared pool per 1 000 operations with 512 KiB
 /// chunks, 27 with 2 MiB and 2 with 8 MiB; once shards keep their chunks, the size sets how
 /// finely memory moves between threads: on W2 by 2 and 4 threads, 1 MiB chunks moved 3.6–5.4
@@ -189,9 +189,9 @@ const PEAK_WINDOW: u32 = 65_536;
 /// [`band`] as before. Below the bench's bound of 1.25 × peak live, as the estimate only ever
 /// falls short of the true peak. W2 alone holds 1.13 by one thread, so with 1.15 most of its
 /// growths by many threads found the pool beyond the budget and took chunks from shards that
-/// soon needed them again: on the H200 host (`docs/results/2026-11-24-h100-s8`, call 42), W2
+/// soon needed them again: on an H200 host, W2
 /// by 16 threads ran 71–127 M ops/s with 1.15 and 114–158 M with 1.20, held ≤ 1.200 × peak
-/// live, and moved about 3× fewer chunks (call 43). With 2.0 they held 1.42.
+/// live, and moved about 3× fewer chunks. With 2.0 they held 1.42.
 const HELD_BUDGET: f64 = 1.20;
 
 thread_local! {
@@ -494,7 +494,7 @@ struct Padded {
 /// What a shard publishes as it unlocks, for growers to read with no lock: its live bytes (for
 /// the budget), and what it holds and keeps (for choosing whom to take spare chunks from).
 /// Locking every shard in turn to read them instead cost a grower 19–23 µs on the H100 host
-/// with W2 by 8 threads (`docs/results/2026-11-24-h100-s6/c17-diag.txt`), and took every
+/// with W2 by 8 threads, and took every
 /// shard's lock away from its owner's bias.
 #[derive(Debug, Default)]
 struct Published {
@@ -873,7 +873,7 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
     /// most [`HELD_BUDGET`] × the largest total of live bytes seen (`live` now among them),
     /// by its levels after the last exchange. Reading them under the shared pool's lock, as
     /// before, took 23 µs a check on the H100 host with W2 by 8 threads, where threads
-    /// exchanging chunks held that lock (`docs/results/2026-11-24-h100-s6/c17-diag.txt`).
+    /// exchanging chunks held that lock.
     ///
     /// # Time complexity
     ///

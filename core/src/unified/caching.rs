@@ -16,7 +16,7 @@
 //!   pages somewhere: with [`GiveBack::Displaced`] (the default) a free that empties a
 //!   segment whose pages are likely elsewhere (the block was moved away, or the cache holds
 //!   more than the device has) gives the segment back, because reusing it would migrate dead
-//!   data back on first touch (README, "Unified memory", measures it).
+//!   data back on first touch (the book's "Benchmarks" measures it).
 //! - **Thread safety**: `Send + Sync`. One mutex guards the pools; a cache hit makes no driver
 //!   call under it.
 //! - **Streams**: the pool's rules. Each stream has its own free lists in each pool: memory

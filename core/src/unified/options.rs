@@ -4,8 +4,8 @@
 //!
 //! The defaults start from PyTorch's `CUDACachingAllocator`, as the RFC asks (512-byte
 //! rounding, 2 MiB small segments for requests up to 1 MiB, requests of 10 MiB or more in a
-//! segment of their own), with two changes measured on the training workload (README,
-//! "Unified memory"): large segments of 128 MiB instead of 20 MiB (3–8× fewer
+//! segment of their own), with two changes measured on the training workload (the
+//! book's "Unified memory"): large segments of 128 MiB instead of 20 MiB (3–8× fewer
 //! `cuMemAllocManaged`, 1–4 % less virtual time; the price is address space, since untouched
 //! managed pages take no device memory), and giving back segments whose pages are displaced
 //! ([`GiveBack::Displaced`]: 2.1× less virtual time at 2× device memory). Rounding large

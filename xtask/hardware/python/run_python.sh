@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # emm's Python acceptance on a GPU machine (no Rust needed): numba-cuda's own tests with
 # NUMBA_CUDA_MEMORY_MANAGER=emm.numba (the eight memory-manager modules serially, then the whole
-# suite, as ../shared/hardware/README.md runs the baselines), a CuPy and a PyTorch workload with
+# suite, run as the baselines in baselines/ were), a CuPy and a PyTorch workload with
 # emm vs their own allocators, and Numba + CuPy + PyTorch sharing one emm pool in one process.
 # Results and logs go to OUT_DIR; OUT_DIR/summary.md says what passed.
 #
@@ -14,7 +14,7 @@ mkdir -p "$OUT"
 STEPS=${PY_STEPS:-modules,cupy,torch,shared,numba}
 step() { case ",$STEPS," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 
-# The machine's two environment fixes (../shared/hardware/README.md): numpy 2.5 lacks
+# The two environment fixes the bundle's env/ carries (--python-env): numpy 2.5 lacks
 # row_stack (sitecustomize.py), numba-cuda's tests import filecheck (a wheel, no index).
 SITE=${EMM_PY_SITE:-/tmp/emm-site}
 python3 -m pip install -q --no-index --no-deps --target "$SITE" "$HERE"/env/filecheck-*.whl > "$OUT/pip.log" 2>&1 \

@@ -26,9 +26,9 @@ pub(crate) const LIVE: u16 = u16::MAX;
 /// byte (`packed`; the slab keeps every record at a multiple of 32 all the same), so that a
 /// record may be read at any offset of the [`super::record_space`], whatever number a link
 /// holds. Against 40-byte records by index: 254.3 / 239.7 → 247.1 / 232.8 instructions
-/// an op and 2.09 → 1.72 L1 misses an op on W3 (cachegrind, W1 / W3); on the lent H100, 54.5
+/// an op and 2.09 → 1.72 L1 misses an op on W3 (cachegrind, W1 / W3); on an H100 host, 54.5
 /// / 50.1 / 51.7 → 49.7 / 48.6 / 48.0 ns an op on W1 / W2 / W3 (medians of twelve processes,
-/// interleaved; `docs/results/2026-11-25-h100-s13`).
+/// interleaved).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(C, packed)]
 pub(crate) struct Block {

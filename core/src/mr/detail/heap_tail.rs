@@ -5,8 +5,8 @@
 //! out of the free lists: the fast path never splits it, so requests fill the holes below it
 //! first, and it serves a request only when no listed block fits (`allocate_wild`), which is
 //! when a pool without it would have grown. This is dlmalloc's top chunk. Measured on W2: held
-//! at peak 1.098 × peak live without it after the first pass, 1.084 with it (README,
-//! "Figures"). The segment grows by extending the wilderness and shrinks by cutting it.
+//! at peak 1.098 × peak live without it after the first pass, 1.084 with it (the
+//! book's "Resources and adaptors"). The segment grows by extending the wilderness and shrinks by cutting it.
 
 use super::block::{Block, LIVE, NIL};
 use super::heap::CoalescingHeap;

@@ -8,7 +8,7 @@
 //! almost always finds the block there. It replaced an open-addressing table of tagged groups ([`super::addr_map`],
 //! which the other users keep): the pool's instructions an op went from 259.5 / 262.1 / 245.3
 //! to 254.3 / 256.6 / 239.7 on W1 / W2 / W3, and its L1 misses on W3 from 2.30 to 2.09
-//! (cachegrind; `docs/results/2026-11-25-h100-s11`).
+//! (cachegrind).
 //!
 //! Every operation is expected O(1); the table doubles when the blocks reach an eighth of its
 //! buckets, and never shrinks.
@@ -21,8 +21,8 @@ const FIRST_BUCKETS_LOG2: u32 = 8;
 /// The table doubles when its blocks reach 1/2^this of its buckets. A free whose block is not
 /// at its bucket's head takes a branch the CPU mispredicts: at half full that was one free in
 /// four on W3 (cachegrind), and at an eighth full the pool ran W1 / W2 / W3 in 54.4 / 48.8 /
-/// 49.5 → 50.5 / 51.1 / 47.6 ns an op on the lent H100's host (medians of 24 processes over
-/// two calls, interleaved; `docs/results/2026-11-25-h100-s14`), for 32–64 bytes of buckets a
+/// 49.5 → 50.5 / 51.1 / 47.6 ns an op on an H100 host (medians of 24 processes over
+/// two runs, interleaved), for 32–64 bytes of buckets a
 /// live block on the host instead of 8–16.
 const MAX_LOAD_LOG2: u32 = 3;
 

@@ -6,10 +6,10 @@
 //! and a branch to a panic that a sound heap never takes; the load's address is the number
 //! itself. Rust's bounds check cost a compare, a branch and, around it, reloads of the slab's
 //! base and length (about a tenth of the pool's instructions on W3 by callgrind); masking the
-//! number instead (`n & mask`, sessions 10–16) cost one instruction but put it between every
+//! number instead (`n & mask`) cost one instruction but put it between every
 //! two dependent loads of a list walk, a cycle each: the check, off the address's path, ran
-//! the pool 1–3 % faster on the lent hosts for 9 more instructions an operation
-//! (`docs/results/2026-11-27-h200-s17/`). The `unsafe` is local: a number that passes the
+//! the pool 1–3 % faster on H100 and H200 hosts for 9 more instructions an operation.
+//! The `unsafe` is local: a number that passes the
 //! check names an element of a slice that is not empty.
 //!
 //! Element `k` is numbered `k << STEP`, so that its byte offset is the number times

@@ -12,7 +12,7 @@
 //! heap's invariant check reports — but never touches memory outside the slab. Dropping the
 //! checks (a test and a branch never taken, for each record read: with the shifts of 8-byte
 //! numbering, 43 instructions an operation on W1, cachegrind) ran the pool 9.1 / 8.6 / 6.2 %
-//! faster on W1 / W2 / W3 on a lent H100 host (`docs/results/2026-11-27-h100-s20/`, call 8).
+//! faster on W1 / W2 / W3 on an H100 host.
 //! Debug builds still check every number against the records in use.
 //!
 //! The cost is address space: 4 GiB a heap, none of it memory until written. A process that

@@ -4,7 +4,7 @@
 //!
 //! Chunks from an upstream are separate allocations: a free block at the end of one never
 //! merges with a free block at the start of the next, and that boundary is where a pool's
-//! memory beyond its live bytes goes (README, "Figures"). A segment is one range whose mapped
+//! memory beyond its live bytes goes (the book's "Resources and adaptors"). A segment is one range whose mapped
 //! prefix is one chunk of the [`CoalescingHeap`], extended in place, so every free neighbour
 //! merges. Physical memory comes in handles (`cuMemCreate`) of one granule, or of 1/64 of a
 //! growth when that is more, so a free tail goes back a handle at a time (`cuMemUnmap` takes

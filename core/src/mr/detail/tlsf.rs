@@ -35,8 +35,8 @@ const _: () = assert!(FL_COUNT * SL_COUNT <= LISTS && FL_COUNT <= 64);
 pub(crate) const SCRATCH_LIST: usize = 63 * SL_COUNT;
 const _: () = assert!(LISTS <= u16::MAX as usize);
 /// How many blocks of the request's own class an [`OwnClass::Scan`] search looks at before the
-/// good fit. Held over peak live with 0 / 1 / 4 (`emm bench` on the simulated GPU, session
-/// 18): `pool` W3 1.140 / 1.080 / 1.080, `pool-vmm` W2 1.102 / 1.081 / 1.083, `sharded` W2
+/// good fit. Held over peak live with 0 / 1 / 4 (`emm bench` on the simulated GPU):
+/// `pool` W3 1.140 / 1.080 / 1.080, `pool-vmm` W2 1.102 / 1.081 / 1.083, `sharded` W2
 /// 1.176 / 1.187 / 1.127.
 pub(crate) const EXACT_CLASS_SCAN: usize = 4;
 
@@ -51,8 +51,8 @@ pub(crate) enum OwnClass {
     /// the own class, which mispredicted about one search in two on W3. The pool's choice:
     /// held over peak live within 0.01 of the scan's (`pool-vmm` W1 / W2 / W3 1.072 / 1.081 /
     /// 1.080 against 1.064 / 1.083 / 1.080), and faster on W1 / W2 / W3 by 1.6 / 4.1 / 0.0 %,
-    /// 5.2 / 0.8 / 2.0 % and 5.9 / −0.3 / 1.3 % in three A/Bs on lent H100 hosts, 0.9 / 0.3 /
-    /// 3.8 % in one on an H200 host (`docs/results/2026-11-27-h100-s18`, `…-s19`).
+    /// 5.2 / 0.8 / 2.0 % and 5.9 / −0.3 / 1.3 % in three A/Bs on H100 hosts, 0.9 / 0.3 /
+    /// 3.8 % in one on an H200 host.
     Head,
 }
 
@@ -258,12 +258,11 @@ impl TlsfIndex {
         // head when it fits, chosen over the good fit's block by the selects below; with
         // `Scan`, `fits` is a constant false and the selects fold away. (One search written
         // for both: as two, the compiler put a branch on `fits` back, and the head alone ran
-        // 3 % slower on W1 on a lent H100 host.)
+        // 3 % slower on W1 on an H100 host.)
         let (head, fits) = match own {
             OwnClass::Scan => {
                 // (The fit test first, standing for the emptiness test too as the sentinel's
-                // size is 0, cost 3 instructions an op and measured the same: sessions 14 and
-                // 15.)
+                // size is 0, cost 3 instructions an op and measured the same.)
                 let mut i = self.heads[own_list];
                 for _ in 0..EXACT_CLASS_SCAN {
                     if i == NIL {

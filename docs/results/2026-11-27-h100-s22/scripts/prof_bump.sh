@@ -1,2 +1,0 @@
-#!/bin/sh
-BUMP=1 exec "$(dirname "$0")/prof_base" "$@"
