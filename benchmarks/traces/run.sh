@@ -3,7 +3,7 @@
 # `pool` and emm's `pool-vmm`, then once more under the caching allocator recording its trace;
 # writes OUT/results.json (one object a run) and OUT/WORKLOAD.pickle.gz (the traces).
 #
-# usage: EMM_LIBRARY=/path/libemm.so bench/traces/run.sh OUT [STEPS] [WORKLOAD...]
+# usage: EMM_LIBRARY=/path/libemm.so benchmarks/traces/run.sh OUT [STEPS] [WORKLOAD...]
 #   STEPS 0 (the default) keeps each workload's own step count. libemm.so comes from
 #   `cargo build --release -p emm-capi`; the emm Python package from capi/python.
 set -euo pipefail
