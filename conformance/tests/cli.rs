@@ -245,14 +245,15 @@ fn a_closed_stdout_ends_emm_quietly() {
     }
 }
 
-/// An argument that is not UTF-8 is named and refused, not a panic.
+/// A path that is not UTF-8 is a path like any other: a log that is not there is named and
+/// refused, not a panic.
 #[test]
 fn a_non_utf8_argument_is_refused() {
     use std::os::unix::ffi::OsStrExt;
     let bad = std::ffi::OsStr::from_bytes(b"log\xff.csv");
     refused(
         emm_binary(&[std::ffi::OsStr::new("replay"), bad], None),
-        "argument 2 (log\u{fffd}.csv) is not UTF-8",
+        "cannot open the memory event log log\u{fffd}.csv",
     );
 }
 

@@ -9,72 +9,9 @@ use emm_core::workloads;
 use emm_core::Driver;
 use emm_sim::{SimConfig, SimDriver, GIB};
 
-use super::{Args, Command, EXIT_CANNOT_RUN, EXIT_FAIL, EXIT_PASS};
-
-/// `emm bench`.
-pub const COMMAND: Command = Command {
-    name: "bench",
-    summary: "time the standard workloads W1-W3 against named resources (emm bench --json)",
-    usage: "usage: emm bench [flags]
-
-Replays the standard workloads against each resource the peers' way: one stream, one
-untimed warm-up pass, the median of the timed passes, ns per operation; and memory held
-from the device at peak over peak live bytes.
-
-flags:
-  --backend NAME     sim (the default: 80 GiB, contents tracking off) or cuda (this GPU)
-  --resource LIST    comma-separated names (default: all of pool, pool-vmm, sharded,
-                     arena, binning, async, managed, cuda)
-  --workload LIST    comma-separated W1, W2, W3 (default: all)
-  --passes N         timed passes (default 3)
-  --threads LIST     many threads instead: each of LIST (e.g. 1,2,4,8,16) threads replays
-                     its own copy of each workload at once; ops/s and held / peak live
-  --streams LIST     with --threads: own (a stream per thread), shared (the default
-                     stream), or both (the default)
-  --round-ops N      with --threads: operations per thread in a timed round, at least
-                     (default 1000000; each thread replays its list to reach it)
-  --devices LIST     instead, on a simulated node of each of LIST devices (e.g. 1,2,4,8,16)
-                     with every pair peer-enabled: virtual ns per op of one pass, where each
-                     cuMemAlloc pays peer registration
-  --report DIR       everything into DIR: one thread, many threads (--threads, default
-                     1,2,4,8,16; resources pool, sharded, arena), memory held against
-                     time (W1), cost against free holes, peer registration (sim only):
-                     results.jsonl, report.md and SVG charts
-  --threads-resource LIST
-                     with --report: the many-threads section's resources (default pool,
-                     sharded, arena; the shared pool is slow by 16 threads, so name fewer
-                     where a run must fit a time limit)
-  --peers FILES      comma-separated outputs of the peers' harness (RESULT and THREADS
-                     lines) to put beside emm's figures in the report
-  --json             one JSON object per line: resource, workload, ops, ns_per_op,
-                     peak_held_bytes, peak_live_bytes, backend, device
-",
-    run,
-};
-
-fn list(v: Option<String>, all: &[&str]) -> Vec<String> {
-    match v {
-        Some(s) => s
-            .split(',')
-            .map(|x| x.trim().to_string())
-            .filter(|x| !x.is_empty())
-            .collect(),
-        None => all.iter().map(|s| s.to_string()).collect(),
-    }
-}
-
-fn numbers<T: std::str::FromStr>(flag: &str, v: Option<String>) -> Result<Option<Vec<T>>, String> {
-    v.map(|s| {
-        s.split(',')
-            .map(|x| {
-                x.trim()
-                    .parse::<T>()
-                    .map_err(|_| format!("{flag}: {x:?} is not a number"))
-            })
-            .collect()
-    })
-    .transpose()
-}
+use super::args::{BenchArgs, Streams};
+use super::progress::Bar;
+use super::{EXIT_CANNOT_RUN, EXIT_FAIL, EXIT_PASS};
 
 /// The parsed command line.
 #[derive(Clone)]
@@ -88,66 +25,44 @@ pub(crate) struct Plan {
     pub(crate) shared: Vec<bool>,
     pub(crate) devices: Option<Vec<u32>>,
     pub(crate) report: Option<std::path::PathBuf>,
-    pub(crate) peers: Vec<String>,
+    pub(crate) peers: Vec<std::path::PathBuf>,
     pub(crate) round_ops: usize,
     /// `--threads-resource`: the report's many-threads resources, when given.
     pub(crate) threads_resources: Option<Vec<String>>,
     pub(crate) json: bool,
+    /// `--quiet`: no progress, no notes.
+    pub(crate) quiet: bool,
 }
 
-pub(crate) fn parse(mut a: Args) -> Result<Plan, String> {
-    let backend = a.value("--backend")?.unwrap_or_else(|| "sim".into());
-    let given = a.value("--resource")?;
-    let resources_given = given.is_some();
-    let resources = list(
-        given,
-        &NAMED_RESOURCES.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
-    );
-    let names = list(a.value("--workload")?, &workloads::NAMES);
-    let passes = a.number::<usize>("--passes")?.unwrap_or(3).max(1);
-    let threads = numbers::<usize>("--threads", a.value("--threads")?)?;
-    let streams = list(a.value("--streams")?, &["own", "shared"]);
-    let devices = numbers::<u32>("--devices", a.value("--devices")?)?;
-    let report = a.value("--report")?.map(std::path::PathBuf::from);
-    let peers = list(a.value("--peers")?, &[]);
-    let round_ops = a.number::<usize>("--round-ops")?.unwrap_or(1_000_000);
-    let threads_resources = a.value("--threads-resource")?.map(|v| list(Some(v), &[]));
-    let json = a.flag("--json");
-    a.finish()?;
-    let mut shared = Vec::new();
-    for s in &streams {
-        match s.as_str() {
-            "own" => shared.push(false),
-            "shared" => shared.push(true),
-            other => return Err(format!("--streams: {other:?} is neither own nor shared")),
-        }
-    }
-    let mut wl = Vec::new();
-    for n in &names {
-        wl.push(
-            workloads::by_name(n).ok_or_else(|| format!("no workload {n:?}; known: W1, W2, W3"))?,
-        );
-    }
-    if let Some(d) = &devices {
-        if let Some(bad) = d.iter().find(|&&n| !(1..=16).contains(&n)) {
-            return Err(format!("--devices: {bad} is outside 1 to 16"));
-        }
-    }
-    Ok(Plan {
-        backend,
+/// The plan of the command line `a`; `quiet` shows no progress.
+pub(crate) fn parse(a: BenchArgs, quiet: bool) -> Plan {
+    let resources_given = a.resource.is_some();
+    let all = || NAMED_RESOURCES.iter().map(|(n, _)| n.to_string()).collect();
+    let resources = a.resource.unwrap_or_else(all);
+    let names = a
+        .workload
+        .unwrap_or_else(|| workloads::NAMES.map(String::from).to_vec());
+    // clap took only W1, W2 and W3 (any case).
+    let workloads = names.iter().filter_map(|n| workloads::by_name(n)).collect();
+    let streams = a
+        .streams
+        .unwrap_or_else(|| vec![Streams::Own, Streams::Shared]);
+    Plan {
+        backend: a.backend.name().to_string(),
         resources,
         resources_given,
-        workloads: wl,
-        passes,
-        threads,
-        shared,
-        devices,
-        report,
-        peers,
-        round_ops,
-        threads_resources,
-        json,
-    })
+        workloads,
+        passes: a.passes.max(1),
+        threads: a.threads,
+        shared: streams.iter().map(|s| *s == Streams::Shared).collect(),
+        devices: a.devices,
+        report: a.report,
+        peers: a.peers,
+        round_ops: a.round_ops,
+        threads_resources: a.threads_resource,
+        json: a.json,
+        quiet,
+    }
 }
 
 /// The driver of one measurement: a fresh simulated GPU, or the one real GPU.
@@ -164,16 +79,10 @@ pub(crate) fn make_driver(cuda: &Option<Arc<dyn Driver>>) -> Result<Arc<dyn Driv
     }
 }
 
-fn run(a: Args) -> i32 {
-    let plan = match parse(a) {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("emm bench: {e}\n\n{}", COMMAND.usage);
-            return EXIT_CANNOT_RUN;
-        }
-    };
+/// Runs `emm bench`; `quiet` shows no progress and no notes.
+pub fn run(a: BenchArgs, quiet: bool) -> i32 {
+    let plan = parse(a, quiet);
     let cuda = match plan.backend.as_str() {
-        "sim" => None,
         "cuda" => match emm_cuda::CudaDriver::new() {
             Ok(d) => Some(Arc::new(d) as Arc<dyn Driver>),
             Err(e) => {
@@ -181,10 +90,7 @@ fn run(a: Args) -> i32 {
                 return EXIT_CANNOT_RUN;
             }
         },
-        other => {
-            eprintln!("emm bench: no backend {other:?}; use sim or cuda");
-            return EXIT_CANNOT_RUN;
-        }
+        _ => None,
     };
     if let Some(dir) = plan.report.clone() {
         return super::bench_run::report(&plan, &cuda, &dir);
@@ -217,6 +123,7 @@ pub fn single_results(
     passes: usize,
     cuda: &Option<Arc<dyn Driver>>,
     json: bool,
+    bar: &Bar,
 ) -> Result<(Vec<BenchResult>, bool), String> {
     let config = BenchConfig {
         timed_passes: passes,
@@ -228,15 +135,18 @@ pub fn single_results(
         } else {
             String::new()
         };
-        println!(
-            "{:<10} {:<4} {:>9} {:>11} {:>14}{virt}",
-            "resource", "wl", "ops", "ns/op", "held/live"
-        );
+        bar.out(|| {
+            println!(
+                "{:<10} {:<4} {:>9} {:>11} {:>14}{virt}",
+                "resource", "wl", "ops", "ns/op", "held/live"
+            )
+        });
     }
     let mut failed = false;
     let mut out = Vec::new();
     for r in resources {
         for w in wl {
+            bar.message(format!("{r} {}", w.name));
             // A fresh simulated GPU per run; the real one is shared (and must be idle).
             let driver = make_driver(cuda)?;
             let device = device_name(&*driver);
@@ -247,20 +157,23 @@ pub fn single_results(
                     } else {
                         None
                     };
-                    print_result(&res, backend, &device, virtual_ns, json);
+                    bar.out(|| print_result(&res, backend, &device, virtual_ns, json));
                     out.push(res);
                 }
                 Err(e) => {
                     failed = true;
-                    eprintln!("emm bench: {r} on {}: {e}", w.name);
+                    bar.error(&format!("emm bench: {r} on {}: {e}", w.name));
                 }
             }
+            bar.step(format!("{r} {}", w.name));
         }
     }
     Ok((out, failed))
 }
 
 fn single(plan: &Plan, cuda: &Option<Arc<dyn Driver>>) -> i32 {
+    let cells = plan.resources.len() * plan.workloads.len();
+    let bar = Bar::new(cells as u64, "runs", plan.quiet);
     match single_results(
         &plan.backend,
         &plan.resources,
@@ -268,6 +181,7 @@ fn single(plan: &Plan, cuda: &Option<Arc<dyn Driver>>) -> i32 {
         plan.passes,
         cuda,
         plan.json,
+        &bar,
     ) {
         Ok((_, false)) => EXIT_PASS,
         Ok((_, true)) => EXIT_FAIL,

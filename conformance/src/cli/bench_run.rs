@@ -10,6 +10,7 @@ use super::bench_measure::{self as measure};
 use super::bench_peers::parse_peers;
 use super::bench_report::Collected;
 use super::bench_threads::{self as threads_mode, ThreadsPlan};
+use super::progress::Bar;
 use super::{EXIT_CANNOT_RUN, EXIT_FAIL, EXIT_PASS};
 
 /// Resources the many-threads runs use unless `--resource` names others.
@@ -65,10 +66,11 @@ pub(crate) fn threads(plan: &Plan, cuda: &Option<Arc<dyn Driver>>, threads: &[us
         threads_mode::header();
     }
     let tp = threads_plan(plan, threads, true);
+    let bar = Bar::new(tp.cells() as u64, "cells", plan.quiet);
     let each = |r: &emm_core::mr::bench_threads::ThreadsResult| {
         threads_mode::print(r, &plan.backend, plan.json)
     };
-    match threads_mode::run(&tp, &|| make_driver(cuda), each) {
+    match threads_mode::run(&tp, &|| make_driver(cuda), &bar, each) {
         Ok((_, failed)) => exit(failed),
         Err(e) => {
             eprintln!("emm bench: {e}");
@@ -85,15 +87,26 @@ fn devices_resources(plan: &Plan) -> Vec<String> {
     }
 }
 
+/// The peer-registration cells of `devices`.
+fn devices_cells(plan: &Plan, devices: &[u32]) -> usize {
+    plan.workloads.len() * devices_resources(plan).len() * devices.len()
+}
+
 /// Runs the peer-registration cells, printing each; returns them and whether one failed.
-fn devices_results(plan: &Plan, devices: &[u32]) -> (Vec<(String, String, u32, f64)>, bool) {
+fn devices_results(
+    plan: &Plan,
+    devices: &[u32],
+    bar: &Bar,
+) -> (Vec<(String, String, u32, f64)>, bool) {
     let mut out = Vec::new();
     let mut failed = false;
     for w in &plan.workloads {
         for r in devices_resources(plan) {
             for &d in devices {
+                let cell = format!("{r} {} on {d} devices", w.name);
+                bar.message(&cell);
                 match measure::peered_ns_per_op(d, &r, w) {
-                    Ok(ns) => {
+                    Ok(ns) => bar.out(|| {
                         if plan.json {
                             println!(
                                 "{}",
@@ -104,12 +117,16 @@ fn devices_results(plan: &Plan, devices: &[u32]) -> (Vec<(String, String, u32, f
                             println!("{:<10} {:<4} {:>7} {:>16.0}", r, w.name, d, ns);
                         }
                         out.push((r.clone(), w.name.clone(), d, ns));
-                    }
+                    }),
                     Err(e) => {
                         failed = true;
-                        eprintln!("emm bench: {r} on {} with {d} devices: {e}", w.name);
+                        bar.error(&format!(
+                            "emm bench: {r} on {} with {d} devices: {e}",
+                            w.name
+                        ));
                     }
                 }
+                bar.step(cell);
             }
         }
     }
@@ -124,7 +141,8 @@ pub(crate) fn devices(plan: &Plan, devices: &[u32]) -> i32 {
             "resource", "wl", "devices", "virtual ns/op"
         );
     }
-    exit(devices_results(plan, devices).1)
+    let bar = Bar::new(devices_cells(plan, devices) as u64, "cells", plan.quiet);
+    exit(devices_results(plan, devices, &bar).1)
 }
 
 /// `emm bench --report DIR`.
@@ -159,8 +177,28 @@ fn collect(
     };
     let d = make_driver(cuda)?;
     c.device = format!("{} {}", plan.backend, device_name(&*d));
+    let counts = plan.threads.clone().unwrap_or_else(|| vec![1, 2, 4, 8, 16]);
+    let tp = report_threads_plan(plan, &counts);
+    let w1 = emm_core::workloads::w1();
+    let devices = plan.devices.clone().unwrap_or_else(|| vec![1, 2, 4, 8, 16]);
+    let mut peers_plan = Plan {
+        workloads: vec![w1.clone()],
+        json: true,
+        ..plan.clone()
+    };
+    peers_plan.resources_given = false;
+    let cells = plan.resources.len() * plan.workloads.len()
+        + tp.cells()
+        + TIMELINE_RESOURCES.len()
+        + HOLES_RESOURCES.len()
+        + if cuda.is_none() {
+            devices_cells(&peers_plan, &devices)
+        } else {
+            0
+        };
+    let bar = Bar::new(cells as u64, "cells", plan.quiet);
     let mut failed;
-    eprintln!("==> one thread");
+    bar.note("==> one thread");
     let (single, f) = single_results(
         &plan.backend,
         &plan.resources,
@@ -168,6 +206,7 @@ fn collect(
         plan.passes,
         cuda,
         false,
+        &bar,
     )?;
     failed = f;
     for r in &single {
@@ -177,11 +216,9 @@ fn collect(
         line(v);
     }
     c.single = single;
-    eprintln!("==> many threads");
-    let counts = plan.threads.clone().unwrap_or_else(|| vec![1, 2, 4, 8, 16]);
-    threads_mode::header();
-    let tp = report_threads_plan(plan, &counts);
-    let (th, f) = threads_mode::run(&tp, &|| make_driver(cuda), |r| {
+    bar.note("==> many threads");
+    bar.out(threads_mode::header);
+    let (th, f) = threads_mode::run(&tp, &|| make_driver(cuda), &bar, |r| {
         threads_mode::print(r, &plan.backend, false)
     })?;
     failed |= f;
@@ -191,9 +228,9 @@ fn collect(
         line(v);
     }
     c.threads = th;
-    eprintln!("==> memory held against time (W1)");
-    let w1 = emm_core::workloads::w1();
+    bar.note("==> memory held against time (W1)");
     for r in TIMELINE_RESOURCES {
+        bar.message(format!("timeline of {r}"));
         match measure::timeline(&make_driver(cuda)?, r, &w1, 100) {
             Ok(t) => {
                 line(
@@ -204,16 +241,18 @@ fn collect(
             }
             Err(e) => {
                 failed = true;
-                eprintln!("emm bench: timeline of {r}: {e}");
+                bar.error(&format!("emm bench: timeline of {r}: {e}"));
             }
         }
+        bar.step(format!("timeline of {r}"));
     }
-    eprintln!("==> cost against free holes");
+    bar.note("==> cost against free holes");
     for r in HOLES_RESOURCES {
+        bar.message(format!("holes of {r}"));
         match measure::holes(&make_driver(cuda)?, r, &HOLES, 50_000) {
             Ok(v) => {
                 for (h, ns) in v {
-                    println!("{r:<10} holes={h:<7} {ns:>8.1} ns/op");
+                    bar.out(|| println!("{r:<10} holes={h:<7} {ns:>8.1} ns/op"));
                     line(
                         serde_json::json!({"kind": "holes", "resource": r, "holes": h,
                         "ns_per_op": ns}),
@@ -223,20 +262,14 @@ fn collect(
             }
             Err(e) => {
                 failed = true;
-                eprintln!("emm bench: holes of {r}: {e}");
+                bar.error(&format!("emm bench: holes of {r}: {e}"));
             }
         }
+        bar.step(format!("holes of {r}"));
     }
     if cuda.is_none() {
-        eprintln!("==> peer registration on a simulated node (W1)");
-        let devices = plan.devices.clone().unwrap_or_else(|| vec![1, 2, 4, 8, 16]);
-        let mut p = Plan {
-            workloads: vec![w1],
-            json: true,
-            ..plan.clone()
-        };
-        p.resources_given = false;
-        let (dv, f) = devices_results(&p, &devices);
+        bar.note("==> peer registration on a simulated node (W1)");
+        let (dv, f) = devices_results(&peers_plan, &devices, &bar);
         failed |= f;
         for (r, w, n, ns) in &dv {
             line(
@@ -246,8 +279,10 @@ fn collect(
         }
         c.devices = dv;
     }
+    bar.finish();
     for f in &plan.peers {
-        let text = std::fs::read_to_string(f).map_err(|e| format!("--peers {f}: {e}"))?;
+        let text =
+            std::fs::read_to_string(f).map_err(|e| format!("--peers {}: {e}", f.display()))?;
         c.peers.extend(parse_peers(&text));
     }
     Ok((c, jsonl, failed))
@@ -255,15 +290,18 @@ fn collect(
 
 #[cfg(test)]
 mod tests {
+    use clap::Parser;
+
     use super::{report_threads_plan, THREADS_RESOURCES};
-    use crate::cli::args::Args;
+    use crate::cli::args::{Cli, Commands};
     use crate::cli::bench::parse;
 
     fn plan(args: &str) -> super::Plan {
-        parse(Args::new(
-            args.split_whitespace().map(String::from).collect(),
-        ))
-        .unwrap_or_else(|e| panic!("{args}: {e}"))
+        let argv = ["emm", "bench"].into_iter().chain(args.split_whitespace());
+        match Cli::try_parse_from(argv).map(|c| c.command) {
+            Ok(Commands::Bench(a)) => parse(a, true),
+            other => panic!("{args}: {other:?}"),
+        }
     }
 
     #[test]

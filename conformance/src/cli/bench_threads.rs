@@ -10,6 +10,8 @@ use emm_core::mr::named;
 use emm_core::workloads::Workload;
 use emm_core::Driver;
 
+use super::progress::Bar;
+
 /// What one threads run needs besides the driver.
 #[derive(Debug, Clone)]
 pub struct ThreadsPlan {
@@ -25,6 +27,13 @@ pub struct ThreadsPlan {
     pub passes: usize,
     /// Operations per thread in a timed round, at least (the list is replayed to reach it).
     pub round_ops: usize,
+}
+
+impl ThreadsPlan {
+    /// The cells of the table: each workload, resource, stream mode and thread count.
+    pub fn cells(&self) -> usize {
+        self.workloads.len() * self.resources.len() * self.shared.len() * self.threads.len()
+    }
 }
 
 /// One line of the threads table (or a JSON line), or a note that a cell was skipped.
@@ -90,10 +99,11 @@ pub fn header() {
 /// Runs the plan; `driver` makes the driver of each cell (a fresh simulated GPU, or the one
 /// real GPU). Cells whose peak live memory would pass 60 % of the device are skipped with a
 /// note on stderr (W2 by 16 threads needs 72 GB live). Returns the results and whether a cell
-/// failed.
+/// failed. `bar` steps once a cell.
 pub fn run(
     plan: &ThreadsPlan,
     driver: &dyn Fn() -> Result<Arc<dyn Driver>, String>,
+    bar: &Bar,
     mut each: impl FnMut(&ThreadsResult),
 ) -> Result<(Vec<ThreadsResult>, bool), String> {
     let mut out = Vec::new();
@@ -103,14 +113,17 @@ pub fn run(
         for r in &plan.resources {
             for &shared in &plan.shared {
                 for &n in &plan.threads {
+                    let cell = format!("{r} {} by {n} threads", w.name);
+                    bar.message(&cell);
                     let d = driver()?;
                     let total = d.mem_get_info().map(|m| m.total).unwrap_or(u64::MAX);
                     if (peak as f64) * n as f64 > 0.6 * total as f64 {
-                        eprintln!(
+                        bar.error(&format!(
                             "emm bench: {r} {} by {n} threads skipped: {n} × {} MB live passes 60 % of the device",
                             w.name,
                             peak >> 20
-                        );
+                        ));
+                        bar.step(cell);
                         continue;
                     }
                     let config = ThreadsConfig {
@@ -127,14 +140,15 @@ pub fn run(
                     let build = |counting| named::build(r, counting);
                     match bench_threads::run_counting(Arc::clone(&d), build, r, w, &config) {
                         Ok(res) => {
-                            each(&res);
+                            bar.out(|| each(&res));
                             out.push(res);
                         }
                         Err(e) => {
                             failed = true;
-                            eprintln!("emm bench: {r} on {} by {n} threads: {e}", w.name);
+                            bar.error(&format!("emm bench: {r} on {} by {n} threads: {e}", w.name));
                         }
                     }
+                    bar.step(cell);
                 }
             }
         }

@@ -1,7 +1,7 @@
 //! `emm check <plugin>`: runs the suite against a plugin, or replays one regression file.
 
 use std::io::IsTerminal;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -12,90 +12,52 @@ use emm_sandbox::{load_plugin, PluginFactory, PluginLimits, PluginResource, Sand
 use emm_sim::{SimConfig, SimDriver};
 use serde_json::json;
 
+use super::args::{Backend, CheckArgs};
+pub use super::args::{MAX_CASES, MAX_OPS};
 use super::progress::{on_stderr, use_color};
-use super::{
-    backend, resolve_plugin, Args, Command, BACKENDS, EXIT_CANNOT_RUN, EXIT_FAIL, EXIT_PASS,
-};
+use super::{backend, resolve_plugin, EXIT_CANNOT_RUN, EXIT_FAIL, EXIT_PASS};
 use crate::config::{seed_from, Config, ProgressFn, DEFAULT_REGRESSIONS, SEED_VAR};
 use crate::replay::{load, replay};
 use crate::verdict::record_of;
 
-/// `emm check`.
-pub const COMMAND: Command = Command {
-    name: "check",
-    summary: "check a plugin against the EMM contract (emm check default)",
-    usage: "usage: emm check <plugin> [flags]
-
-<plugin> is a built-in manager (`emm list` shows them) or the path of a .wasm plugin.
-
-flags:
-  --backend NAME       where to run: sim (the default) or cuda (the GPU of this machine)
-  --seed N             the run's seed (default: $EMM_SEED, else the constant 20261127)
-  --cases N            random cases after the fixed scenarios (default 256, 1 to 1000000)
-  --ops N              most operations in a case (default 64, 1 to 10000)
-  --threads N          cases run at once (default: every core)
-  --regressions DIR    where failures are written (default .emm/regressions)
-  --no-regressions     write no regression files
-  --verdicts DIR       the verdict store: a .wasm plugin's run on sim records its verdict
-                       there, and it runs on cuda only with a passing one (default:
-                       $EMM_VERDICT_DIR, else ~/.local/share/emm/verdicts); a built-in
-                       manager's run is recorded only when DIR is given
-  --no-verdict         record no verdict
-  --replay FILE        run the case of a regression file again and give its verdict
-  --json               print the report as JSON (for CI)
-  --no-color           no colours
-
-A .wasm plugin runs on a real GPU only after it has passed on the simulated one, with the
-same config (EMM_PLUGIN_CONFIG) and limits, at the depth EMM_GATE_MIN_DEPTH asks (default
-256x64, the default depth here), and while no record of its bytes failed; EMM_GATE=warn
-lets an unchecked plugin through with a warning (never one that failed). Records are
-authenticated with a per-user key ($EMM_GATE_KEY, else ~/.config/emm/gate.key, made on
-first use); emm never removes or replaces a failing record.
-
-exit status: 0 all checks pass, 1 a check fails, 2 the plugin cannot be loaded or run
-",
-    run,
-};
-
-fn run(args: Args) -> i32 {
-    match parse(args) {
-        Ok(Mode::Check(plugin, config, out)) => check(&plugin, config, &out),
-        Ok(Mode::Replay(plugin, backend_name, file, verdicts, json)) => {
-            replay_file(&plugin, backend_name, &file, verdicts, json)
-        }
-        Err(Refusal::Usage(e)) => {
-            eprintln!("emm check: {e}\n\n{}", COMMAND.usage);
-            EXIT_CANNOT_RUN
-        }
-        Err(Refusal::CannotRun(e)) => {
+/// Runs `emm check`; `quiet` draws no progress bar.
+pub fn run(args: CheckArgs, quiet: bool) -> i32 {
+    let plugin = Plugin::new(&args.plugin);
+    if let Some(file) = &args.replay {
+        let backend_name = args.backend.map(|b| b.name().to_string());
+        return replay_file(
+            &plugin,
+            backend_name,
+            file,
+            args.verdicts.clone(),
+            args.json,
+        );
+    }
+    match parse(&args, &plugin, quiet) {
+        Ok((config, out)) => check(&plugin, config, &out),
+        Err(e) => {
             eprintln!("emm check: {e}");
             EXIT_CANNOT_RUN
         }
     }
 }
 
-/// Why a check does not start: a wrong command line (the usage follows), or a backend that
-/// cannot run here (one line).
-enum Refusal {
-    Usage(String),
-    CannotRun(String),
+/// The plugin named on the command line: its name for messages and the registry, and the
+/// path of a `.wasm` plugin as given (any bytes).
+struct Plugin {
+    name: String,
+    wasm: Option<PathBuf>,
 }
 
-impl From<String> for Refusal {
-    fn from(e: String) -> Self {
-        Refusal::Usage(e)
+impl Plugin {
+    fn new(arg: &std::ffi::OsStr) -> Self {
+        let name = arg.to_string_lossy().into_owned();
+        let wasm = name.trim().ends_with(".wasm").then(|| match arg.to_str() {
+            Some(s) => PathBuf::from(s.trim()),
+            None => PathBuf::from(arg),
+        });
+        Plugin { name, wasm }
     }
-}
-
-impl From<&str> for Refusal {
-    fn from(e: &str) -> Self {
-        Refusal::Usage(e.to_string())
-    }
-}
-
-enum Mode {
-    Check(String, Config, Output),
-    Replay(String, Option<String>, PathBuf, Option<PathBuf>, bool),
 }
 
 /// What a check prints and where its verdict goes.
@@ -110,83 +72,44 @@ struct Output {
     no_verdict: bool,
 }
 
-fn parse(mut a: Args) -> Result<Mode, Refusal> {
-    let json = a.flag("--json");
-    let no_color = a.flag("--no-color");
-    let backend_name = a.value("--backend")?;
-    let seed = a.number::<u64>("--seed")?;
-    let cases = bounded(a.value("--cases")?, "--cases", MAX_CASES)?;
-    let ops = bounded(a.value("--ops")?, "--ops", MAX_OPS)?;
-    let threads = a.number::<usize>("--threads")?;
-    let dir = a.value("--regressions")?;
-    let no_dir = a.flag("--no-regressions");
-    let file = a.value("--replay")?;
-    let verdicts = a.value("--verdicts")?.map(PathBuf::from);
-    let no_verdict = a.flag("--no-verdict");
-    let plugin = a
-        .positional()
-        .ok_or("name the plugin to check, e.g. `emm check default`")?;
-    a.finish()?;
-    if let Some(f) = file {
-        let file = PathBuf::from(f);
-        return Ok(Mode::Replay(plugin, backend_name, file, verdicts, json));
-    }
-    let seed = match seed {
+/// The run's config and output. The backend is opened after the plugin is loaded and, for
+/// hardware, admitted by the gate: an unchecked plugin hears what to run even where no GPU is.
+fn parse(a: &CheckArgs, plugin: &Plugin, quiet: bool) -> Result<(Config, Output), String> {
+    let seed = match a.seed {
         Some(s) => s,
         None => seed_from(std::env::var(SEED_VAR).ok().as_deref())?,
     };
-    // The backend is opened after the plugin is loaded and, for hardware, admitted by the
-    // gate: an unchecked plugin hears what to run even where no GPU is.
-    let backend_name = backend_name.unwrap_or_else(|| "sim".to_string());
-    if !BACKENDS.contains(&backend_name.as_str()) {
-        return Err(Refusal::CannotRun(format!(
-            "no backend {backend_name:?}; this build has: {}",
-            BACKENDS.join(", ")
-        )));
-    }
+    let backend_name = a.backend.unwrap_or(Backend::Sim).name().to_string();
     let mut config = Config::new(seed);
-    config.cases = cases.unwrap_or(config.cases);
-    config.max_ops = ops.unwrap_or(config.max_ops);
-    if let Some(t) = threads {
+    // Bounded by clap to MAX_CASES and MAX_OPS, which fit a usize.
+    config.cases = a.cases.map_or(config.cases, |n| n as usize);
+    config.max_ops = a.ops.map_or(config.max_ops, |n| n as usize);
+    if let Some(t) = a.threads {
         config = config.threads(t);
     }
     if backend_name == "cuda" {
         // One GPU: cases one at a time, so memory-info checks see only their own plugin.
         config = config.threads(1);
     }
-    if !no_dir {
-        config = config.regressions(dir.unwrap_or_else(|| DEFAULT_REGRESSIONS.to_string()));
+    if !a.no_regressions {
+        config = config.regressions(
+            a.regressions
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(DEFAULT_REGRESSIONS)),
+        );
     }
-    config.plugin = Some(plugin.clone());
-    if !json {
+    config.plugin = Some(plugin.name.clone());
+    if !a.json && !quiet {
         config.progress = on_stderr();
     }
     let out = Output {
         backend: backend_name,
-        json,
-        no_color,
-        verdicts,
-        no_verdict,
+        json: a.json,
+        no_color: a.no_color,
+        verdicts: a.verdicts.clone(),
+        no_verdict: a.no_verdict,
     };
-    Ok(Mode::Check(plugin, config, out))
-}
-
-/// The most random cases `--cases` takes: a million cases run for minutes even against the
-/// fastest manager, and the count fits a verdict's depth.
-pub const MAX_CASES: usize = 1_000_000;
-/// The most operations `--ops` takes: a case is a vector of this many operations, made and
-/// shrunk on every thread at once.
-pub const MAX_OPS: usize = 10_000;
-
-/// The value of `flag`, a whole number from 1 to `max`.
-fn bounded(value: Option<String>, flag: &str, max: usize) -> Result<Option<usize>, String> {
-    let Some(v) = value else {
-        return Ok(None);
-    };
-    match v.trim().parse::<u64>() {
-        Ok(n) if n >= 1 && n <= max as u64 => Ok(Some(n as usize)),
-        _ => Err(format!("{flag} {v:?}: give a whole number from 1 to {max}")),
-    }
+    Ok((config, out))
 }
 
 /// Plugins' panics are caught and reported as failures; their default message would only
@@ -209,9 +132,9 @@ struct Loaded {
 
 /// Loads `plugin`: a `.wasm` path through the sandbox's one way in (hashed once, gated by
 /// `policy`), anything else from the registry.
-fn load_for_check(plugin: &str, policy: &GatePolicy) -> Result<Loaded, String> {
-    if plugin.trim().ends_with(".wasm") {
-        let f = load_plugin(Path::new(plugin.trim()), PluginLimits::default())
+fn load_for_check(plugin: &Plugin, policy: &GatePolicy) -> Result<Loaded, String> {
+    if let Some(path) = &plugin.wasm {
+        let f = load_plugin(path, PluginLimits::default())
             .map_err(|e| e.to_string())?
             .with_gate(policy.clone());
         let subject = f.module().content_hash().map(Subject::wasm);
@@ -223,7 +146,7 @@ fn load_for_check(plugin: &str, policy: &GatePolicy) -> Result<Loaded, String> {
             settings,
         });
     }
-    let factory = resolve_plugin(plugin)?;
+    let factory = resolve_plugin(&plugin.name)?;
     let subject = Some(Subject::builtin(factory.name(), env!("CARGO_PKG_VERSION")));
     Ok(Loaded {
         factory,
@@ -261,13 +184,14 @@ fn count_cases(config: &mut Config) -> Arc<AtomicUsize> {
     done
 }
 
-fn check(plugin: &str, mut config: Config, out: &Output) -> i32 {
+fn check(loading: &Plugin, mut config: Config, out: &Output) -> i32 {
+    let plugin = loading.name.as_str();
     let json = out.json;
     let policy = match GatePolicy::from_env_with(out.verdicts.clone().map(VerdictStore::new)) {
         Ok(p) => p,
         Err(e) => return cannot_run(plugin, &e.to_string(), json),
     };
-    let loaded = match load_for_check(plugin, &policy) {
+    let loaded = match load_for_check(loading, &policy) {
         Ok(l) => l,
         Err(e) => return cannot_run(plugin, &e, json),
     };
@@ -336,12 +260,13 @@ fn cannot_run(plugin: &str, reason: &str, json: bool) -> i32 {
 }
 
 fn replay_file(
-    plugin: &str,
+    loading: &Plugin,
     backend_name: Option<String>,
     file: &std::path::Path,
     verdicts: Option<PathBuf>,
     json: bool,
 ) -> i32 {
+    let plugin = loading.name.as_str();
     let r = match load(file) {
         Ok(r) => r,
         Err(e) => return cannot_run(plugin, &e, json),
@@ -351,7 +276,7 @@ fn replay_file(
         Ok(p) => p,
         Err(e) => return cannot_run(plugin, &e.to_string(), json),
     };
-    let factory = match load_for_check(plugin, &policy) {
+    let factory = match load_for_check(loading, &policy) {
         Ok(l) => l.factory,
         Err(e) => return cannot_run(plugin, &e, json),
     };

@@ -5,27 +5,13 @@ use std::fmt::Write as _;
 use emm_core::contract::selection::manager_names;
 use serde_json::json;
 
-use super::{Args, Command, BACKENDS, EXIT_CANNOT_RUN, EXIT_PASS};
+use super::args::ListArgs;
+use super::{BACKENDS, EXIT_PASS};
 use crate::checks::CHECKS;
 
-/// `emm list`.
-pub const COMMAND: Command = Command {
-    name: "list",
-    summary: "list the checks with their rules, and the built-in plugins",
-    usage: "usage: emm list [--json]
-
-Prints every check of `emm check` with the sentence of the source documents it enforces,
-then the built-in plugins and the backends.
-",
-    run,
-};
-
-fn run(mut a: Args) -> i32 {
-    let json = a.flag("--json");
-    if let Err(e) = a.finish() {
-        eprintln!("emm list: {e}\n\n{}", COMMAND.usage);
-        return EXIT_CANNOT_RUN;
-    }
+/// Runs `emm list`.
+pub fn run(a: ListArgs) -> i32 {
+    let json = a.json;
     if json {
         let checks: Vec<_> = CHECKS
             .iter()

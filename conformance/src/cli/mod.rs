@@ -1,12 +1,12 @@
-//! The `emm` command-line tool: one file per subcommand, listed in [`COMMANDS`].
+//! The `emm` command-line tool: one file per subcommand, declared with clap in [`args`].
 //!
-//! A new subcommand is a new file with a `pub const COMMAND: Command` and one line in
-//! [`COMMANDS`]. Exit status: [`EXIT_PASS`] when all checks pass, [`EXIT_FAIL`] when one
-//! fails, [`EXIT_CANNOT_RUN`] when the plugin cannot be loaded or run, or the command line is
-//! wrong (the reason goes to stderr).
+//! A new subcommand is a new file with a `run` function, a variant of [`args::Commands`] with
+//! its `*Args` struct, and one arm in [`main`]. Exit status: [`EXIT_PASS`] when all checks
+//! pass, [`EXIT_FAIL`] when one fails, [`EXIT_CANNOT_RUN`] when the plugin cannot be loaded or
+//! run, or the command line is wrong (clap's usage errors exit with 2 too, before any output).
 //!
-//! - [`args`]: a small parser of flags and values.
-//! - [`progress`]: the progress bar and colours, on stderr, by hand.
+//! - [`args`]: the command line (clap derive): [`command`] builds it.
+//! - [`progress`]: the progress bars (indicatif) and colours, on stderr.
 //! - [`check`]: `emm check <plugin>`.
 //! - [`list`]: `emm list`.
 //! - [`replay`]: `emm replay <log.csv>`.
@@ -30,15 +30,19 @@ pub mod replay;
 pub mod soak;
 pub mod sweep;
 
+use std::ffi::OsString;
 use std::sync::Arc;
 
+use clap::error::ErrorKind;
+use clap::Parser;
 use emm_core::contract::selection::{current_factory_with_env, manager_names};
 use emm_core::contract::ManagerFactory;
 
 use crate::backend::Backend;
 use crate::cuda_backend::CudaBackend;
 use crate::sim_backend::SimBackend;
-pub use args::Args;
+pub use args::command;
+use args::{Cli, Commands};
 
 /// All checks passed.
 pub const EXIT_PASS: i32 = 0;
@@ -47,53 +51,15 @@ pub const EXIT_FAIL: i32 = 1;
 /// The plugin could not be loaded or run, or the command line is wrong.
 pub const EXIT_CANNOT_RUN: i32 = 2;
 
-/// One subcommand of `emm`.
-#[derive(Debug, Clone, Copy)]
-pub struct Command {
-    /// What follows `emm`, e.g. `check`.
-    pub name: &'static str,
-    /// One line for `emm help`.
-    pub summary: &'static str,
-    /// Its usage text (flags and what they do).
-    pub usage: &'static str,
-    /// Runs it on the arguments after its name; returns the exit status.
-    pub run: fn(Args) -> i32,
-}
-
-/// Every subcommand, in the order `emm help` lists them.
-pub const COMMANDS: &[Command] = &[
-    check::COMMAND,
-    list::COMMAND,
-    replay::COMMAND,
-    bench::COMMAND,
-    sweep::COMMAND,
-    soak::COMMAND,
-];
-
 /// Runs `emm` with the process's arguments `argv` (without the program name), as the binary
 /// does; returns the exit status.
 ///
 /// A closed stdout (`emm bench | head -1`) ends the process as it ends any Unix filter:
 /// quietly, by `SIGPIPE`, where Rust's runtime would otherwise turn the failed write into a
-/// panic. An argument that is not UTF-8 is refused with exit status [`EXIT_CANNOT_RUN`].
-pub fn main_os(argv: impl IntoIterator<Item = std::ffi::OsString>) -> i32 {
+/// panic. Paths may be any bytes; another value that is not UTF-8 is a usage error.
+pub fn main_os(argv: impl IntoIterator<Item = OsString>) -> i32 {
     die_on_closed_pipe();
-    let mut args = Vec::new();
-    for (k, a) in argv.into_iter().enumerate() {
-        match a.into_string() {
-            Ok(a) => args.push(a),
-            Err(a) => {
-                eprintln!(
-                    "emm: argument {} ({}) is not UTF-8; emm takes names, paths and numbers \
-                     in UTF-8",
-                    k + 1,
-                    a.to_string_lossy()
-                );
-                return EXIT_CANNOT_RUN;
-            }
-        }
-    }
-    main(args)
+    run(argv)
 }
 
 /// Restores the default action of `SIGPIPE` (end the process), which Rust's runtime ignores.
@@ -107,49 +73,69 @@ fn die_on_closed_pipe() {
 
 /// Runs `emm` with `argv` (without the program name); returns the exit status.
 pub fn main(argv: Vec<String>) -> i32 {
+    run(argv.into_iter().map(OsString::from))
+}
+
+/// Parses `argv` (a usage error, `--help` and `--version` end here, before any other output)
+/// and runs the subcommand.
+fn run(argv: impl IntoIterator<Item = OsString>) -> i32 {
+    let name = OsString::from("emm");
+    let cli = match Cli::try_parse_from(std::iter::once(name).chain(argv)) {
+        Ok(cli) => cli,
+        Err(e) => {
+            // Help and the version go to stdout with 0; usage errors to stderr with 2.
+            let _ = e.print();
+            return e.exit_code();
+        }
+    };
     // `.wasm` paths (on the command line or in EMM_MEMORY_MANAGER) load through the sandbox.
     emm_sandbox::install_loader();
-    let mut argv = argv.into_iter();
-    let Some(name) = argv.next() else {
-        eprint!("{}", help());
-        return EXIT_CANNOT_RUN;
-    };
-    if matches!(name.as_str(), "help" | "--help" | "-h") {
-        print!("{}", help());
-        return EXIT_PASS;
-    }
-    if matches!(name.as_str(), "--version" | "-V") {
-        println!("emm {}", env!("CARGO_PKG_VERSION"));
-        return EXIT_PASS;
-    }
-    match COMMANDS.iter().find(|c| c.name == name) {
-        Some(c) => {
-            let args = Args::new(argv.collect());
-            if args.has_help() {
-                print!("{}", c.usage);
-                return EXIT_PASS;
-            }
-            (c.run)(args)
-        }
-        None => {
-            eprintln!("emm: no command {name:?}; run `emm help` for the commands");
-            EXIT_CANNOT_RUN
-        }
+    let quiet = cli.quiet;
+    match cli.command {
+        Commands::Check(a) => check::run(a, quiet),
+        Commands::List(a) => list::run(a),
+        Commands::Replay(a) => replay::run(a),
+        Commands::Bench(a) => bench::run(a, quiet),
+        Commands::Sweep(a) => sweep::run(a, quiet),
+        Commands::Soak(a) => soak::run(a, quiet),
     }
 }
 
 /// The text of `emm help`.
 pub fn help() -> String {
-    let mut out = String::from(
-        "emm: GPU memory management by the EMM contract\n\nusage: emm <command> [args]\n\ncommands:\n",
-    );
-    for c in COMMANDS {
-        out.push_str(&format!("  {:<8} {}\n", c.name, c.summary));
-    }
-    out.push_str(
-        "\n`emm <command> --help` shows a command's flags; `emm --version` the version.\n",
-    );
-    out
+    command().render_help().to_string()
+}
+
+/// Prints a usage error of subcommand `sub` found after parsing (a value clap cannot judge
+/// alone, such as a manager's name), as clap prints its own; returns [`EXIT_CANNOT_RUN`].
+pub(crate) fn usage_error(sub: &str, message: impl std::fmt::Display) -> i32 {
+    let mut cmd = command();
+    cmd.build();
+    let e = match cmd.find_subcommand_mut(sub) {
+        Some(c) => c.error(ErrorKind::InvalidValue, message),
+        None => cmd.error(ErrorKind::InvalidValue, message),
+    };
+    let _ = e.print();
+    EXIT_CANNOT_RUN
+}
+
+/// A plugin path as a string, for the registry and the reports.
+///
+/// # Errors
+///
+/// A path that is not UTF-8, which the registry cannot name.
+pub(crate) fn utf8_plugins(plugins: Vec<OsString>) -> Result<Vec<String>, String> {
+    plugins
+        .into_iter()
+        .map(|p| {
+            p.into_string().map_err(|p| {
+                format!(
+                    "the plugin path {} is not UTF-8; name it by a UTF-8 path (a link)",
+                    p.to_string_lossy()
+                )
+            })
+        })
+        .collect()
 }
 
 /// The factory of `plugin`: a built-in manager's name (`emm list` shows them) or the path
@@ -184,5 +170,23 @@ pub fn backend(name: &str) -> Result<Arc<dyn Backend>, String> {
             "no backend {other:?}; this build has: {}",
             BACKENDS.join(", ")
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::ValueEnum;
+    use emm_core::mr::named::NAMED_RESOURCES;
+
+    use super::args::{Backend, RESOURCES, WORKLOADS};
+
+    /// The names spelled out in `args` (which builds without emm-core) are emm-core's.
+    #[test]
+    fn the_command_lines_names_are_emm_cores() {
+        let named: Vec<&str> = NAMED_RESOURCES.iter().map(|(n, _)| *n).collect();
+        assert_eq!(RESOURCES.as_slice(), named.as_slice());
+        assert_eq!(WORKLOADS, emm_core::workloads::NAMES);
+        let backends: Vec<&str> = Backend::value_variants().iter().map(|b| b.name()).collect();
+        assert_eq!(backends, super::BACKENDS);
     }
 }
