@@ -1,4 +1,5 @@
-//! `cargo xtask`: emm's developer commands, written with std only.
+//! `cargo xtask`: emm's developer commands, written with std only (and clap for `emm`'s
+//! completions and man pages).
 //!
 //! - `test`: install what the build needs, build the wasm plugins, then fmt check, the docs
 //!   check, clippy, the
@@ -16,6 +17,8 @@
 //!   bundle (see [`hardware`]), run here if there is a GPU.
 //! - `soak --minutes N`, `fuzz [--seconds N] [target...]`, `loom [--preemptions N] [--release]`:
 //!   see [`reliability`].
+//! - `completions <SHELL> [DIR]`, `man [DIR]`: the `emm` tool's shell completions and man pages
+//!   (see [`assets`]).
 //! - `help`: the usage text.
 //!
 //! Progress lines (`==> step`) and errors go to stderr, so a command's own output on stdout stays
@@ -27,6 +30,7 @@ use std::io;
 use std::path::PathBuf;
 use std::process::{Command, ExitCode, Stdio};
 
+mod assets;
 mod docs;
 mod hardware;
 mod packaging;
@@ -75,6 +79,11 @@ commands:
                    model-check the sharded pool and the arena with loom (emm-core's
                    tests/loom_sharded.rs built with --cfg loom, in target/loom): every
                    interleaving of their threads up to N preemptions (default 5)
+  completions <SHELL> [DIR]
+                   the emm tool's completion script for SHELL (bash, elvish, fish,
+                   powershell, zsh) into DIR, or to stdout
+  man [DIR]        the emm tool's man pages (emm.1, emm-check.1, ...) into DIR, or emm.1
+                   to stdout
   help             print this text";
 
 /// The rustup targets `test` installs: the sandbox's plugin ABI and WASI builds.
@@ -132,6 +141,8 @@ fn main() -> ExitCode {
             "soak" => result(reliability::soak(&rest)),
             "fuzz" => result(reliability::fuzz(&rest)),
             "loom" => result(reliability::loom(&rest)),
+            "completions" => assets::completions(&rest),
+            "man" => assets::man(&rest),
             "hardware" => match hardware::parse(&rest) {
                 Ok(args) => result(hardware::hardware(&args)),
                 Err(e) => Outcome::Usage(e),
