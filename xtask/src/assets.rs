@@ -61,9 +61,9 @@ pub fn man(rest: &[OsString]) -> Outcome {
     done("man", written)
 }
 
-/// The page `emm.1`.
+/// The page `emm.1` (`emm help` is left out: the pages are the help).
 fn page(out: &mut dyn std::io::Write) -> std::io::Result<()> {
-    clap_mangen::Man::new(args::command()).render(out)
+    clap_mangen::Man::new(args::command().disable_help_subcommand(true)).render(out)
 }
 
 /// Every page into `dir`.
@@ -108,6 +108,7 @@ mod tests {
             assert!(bash.contains(&format!("emm,{name})")), "{name}: {bash}");
         }
         assert!(bash.contains("--quiet") && bash.contains("--no-regressions"));
+        assert!(!man.contains("emm\\-help"), "{man}");
     }
 
     #[test]

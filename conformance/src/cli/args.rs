@@ -29,7 +29,7 @@ pub const WORKLOADS: [&str; 3] = ["W1", "W2", "W3"];
 /// The exit statuses, for the end of every help text.
 const EXIT_STATUS: &str = "exit status: 0 pass, 1 a check failed, 2 cannot run or a usage error";
 
-/// emm: GPU memory management by the EMM contract
+/// GPU memory management by the EMM contract
 #[derive(Debug, Parser)]
 #[command(
     name = "emm",
@@ -50,16 +50,46 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Commands {
     /// Check a plugin against the EMM contract (emm check default)
+    ///
+    /// A .wasm plugin runs on a real GPU only after it has passed on the simulated one, with the
+    /// same config (EMM_PLUGIN_CONFIG) and limits, at the depth EMM_GATE_MIN_DEPTH asks (default
+    /// 256x64, the default depth here), and while no record of its bytes failed; EMM_GATE=warn lets
+    /// an unchecked plugin through with a warning (never one that failed). Records are
+    /// authenticated with a per-user key ($EMM_GATE_KEY, else ~/.config/emm/gate.key, made on first
+    /// use); emm never removes or replaces a failing record.
     Check(CheckArgs),
     /// List the checks with their rules, and the built-in plugins
+    ///
+    /// Print every check of `emm check` with the sentence of the source documents it enforces, then
+    /// the built-in plugins and the backends.
     List(ListArgs),
     /// Replay an RMM-format allocation log against a resource (emm replay log.csv)
+    ///
+    /// Replay every event of an RMM-format log (header Thread,Time,Action,Pointer,Size,Stream) —
+    /// every stream, every thread's order kept — and report time, peak memory held, fragmentation
+    /// and leaks. A corrupt or truncated log is refused with the line number.
     Replay(ReplayArgs),
     /// Time the standard workloads W1-W3 against named resources (emm bench --json)
+    ///
+    /// Replay the standard workloads against each resource the peers' way: one stream, one untimed
+    /// warm-up pass, the median of the timed passes, ns per operation; and memory held from the
+    /// device at peak over peak live bytes.
     Bench(BenchArgs),
     /// Fail every driver call of every manager in turn (emm sweep target/wasm/*.wasm)
+    ///
+    /// Run W1-W3 (cut to --ops ops) and the suite's fixed op sequence against every built-in
+    /// manager and each .wasm plugin named, on the simulated GPU, failing the k-th driver call the
+    /// manager makes for every k and every failure kind. At every position: no panic, the error
+    /// reaches the caller naming the failure, allocations made before keep their contents, and
+    /// after teardown nothing is held. Prints positions x kinds swept and the time.
     Sweep(SweepArgs),
     /// Random workloads for N minutes with faults and quarantines (emm soak --minutes 30)
+    ///
+    /// Run random workloads (W1-W3 prefixes, 8-thread stress runs) against every built-in manager
+    /// and each .wasm plugin named, each on a long-lived simulated GPU, with random driver failures
+    /// every few rounds and a hostile plugin quarantined every few rounds. Fails when memory held
+    /// after a reset grows, an allocation loses its contents, anything leaks, or resident memory
+    /// creeps. Prints a summary.
     Soak(SoakArgs),
 }
 
@@ -103,14 +133,6 @@ pub enum Streams {
 /// `emm check`.
 #[derive(Debug, Clone, clap::Args)]
 #[command(
-    long_about = "Check a plugin against the EMM contract, or replay one regression file.
-
-A .wasm plugin runs on a real GPU only after it has passed on the simulated one, with the \
-same config (EMM_PLUGIN_CONFIG) and limits, at the depth EMM_GATE_MIN_DEPTH asks (default \
-256x64, the default depth here), and while no record of its bytes failed; EMM_GATE=warn lets \
-an unchecked plugin through with a warning (never one that failed). Records are authenticated \
-with a per-user key ($EMM_GATE_KEY, else ~/.config/emm/gate.key, made on first use); emm never \
-removes or replaces a failing record.",
     after_help = "exit status: 0 all checks pass, 1 a check fails, 2 the plugin cannot be loaded \
 or run, or a usage error"
 )]
@@ -162,10 +184,6 @@ pub struct CheckArgs {
 
 /// `emm list`.
 #[derive(Debug, Clone, clap::Args)]
-#[command(
-    long_about = "Print every check of `emm check` with the sentence of the source documents \
-it enforces, then the built-in plugins and the backends."
-)]
 pub struct ListArgs {
     /// Print the list as JSON
     #[arg(long)]
@@ -175,10 +193,6 @@ pub struct ListArgs {
 /// `emm replay`.
 #[derive(Debug, Clone, clap::Args)]
 #[command(
-    long_about = "Replay every event of an RMM-format log (header \
-Thread,Time,Action,Pointer,Size,Stream) — every stream, every thread's order kept — and report \
-time, peak memory held, fragmentation and leaks. A corrupt or truncated log is refused with the \
-line number.",
     after_help = "exit status: 0 the log replayed, 1 the replay failed, 2 the log or the resource \
 cannot be used, or a usage error"
 )]
@@ -203,9 +217,6 @@ pub struct ReplayArgs {
 /// `emm bench`.
 #[derive(Debug, Clone, clap::Args)]
 #[command(
-    long_about = "Replay the standard workloads against each resource the peers' way: one \
-stream, one untimed warm-up pass, the median of the timed passes, ns per operation; and memory \
-held from the device at peak over peak live bytes.",
     after_help = EXIT_STATUS
 )]
 pub struct BenchArgs {
@@ -261,11 +272,6 @@ pub struct BenchArgs {
 /// `emm sweep`.
 #[derive(Debug, Clone, clap::Args)]
 #[command(
-    long_about = "Run W1-W3 (cut to --ops ops) and the suite's fixed op sequence against every \
-built-in manager and each .wasm plugin named, on the simulated GPU, failing the k-th driver \
-call the manager makes for every k and every failure kind. At every position: no panic, the \
-error reaches the caller naming the failure, allocations made before keep their contents, and \
-after teardown nothing is held. Prints positions x kinds swept and the time.",
     after_help = "exit status: 0 every position passes, 1 one fails, 2 a plugin cannot be \
 loaded, or a usage error"
 )]
@@ -297,11 +303,6 @@ pub struct SweepArgs {
 /// `emm soak`.
 #[derive(Debug, Clone, clap::Args)]
 #[command(
-    long_about = "Run random workloads (W1-W3 prefixes, 8-thread stress runs) against every \
-built-in manager and each .wasm plugin named, each on a long-lived simulated GPU, with random \
-driver failures every few rounds and a hostile plugin quarantined every few rounds. Fails when \
-memory held after a reset grows, an allocation loses its contents, anything leaks, or resident \
-memory creeps. Prints a summary.",
     after_help = "exit status: 0 nothing crept, 1 something did, 2 a plugin cannot be loaded, or \
 a usage error"
 )]
