@@ -152,3 +152,27 @@ fn quiet_leaves_only_the_results() {
     assert!(out.stderr.is_empty(), "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains("pool"), "{out:?}");
 }
+
+#[test]
+fn a_real_pytorch_snapshot_replays_with_every_allocation_matched() {
+    // ResNet-50 on variable image sizes, recorded on a GPU (benchmarks/traces/record.py).
+    let trace = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../benchmarks/traces/cnn-varsize.pickle.gz"
+    );
+    let out = emm(&os(&format!("replay {trace} --resource pool --json")));
+    assert_eq!(out.status.code(), Some(EXIT_PASS), "{}", text(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // The trace's peak of live bytes; emm counted the same peak (emm.stats) serving this
+    // workload on the GPU.
+    assert_eq!(report["peak_live_bytes"], 6_151_827_424u64);
+    assert_eq!(
+        (report["ops"].as_u64(), report["unknown_frees"].as_u64()),
+        (Some(61_685), Some(0))
+    );
+    let held = report["peak_held_bytes"].as_f64().unwrap();
+    assert!(
+        held >= 6_151_827_424.0 && held / 6_151_827_424.0 < 1.05,
+        "held {held}"
+    );
+}

@@ -63,11 +63,13 @@ pub enum Commands {
     /// Print every check of `emm check` with the sentence of the source documents it enforces, then
     /// the built-in plugins and the backends.
     List(ListArgs),
-    /// Replay an RMM-format allocation log against a resource (emm replay log.csv)
+    /// Replay an RMM-format allocation log or a PyTorch memory snapshot against a resource
     ///
     /// Replay every event of an RMM-format log (header Thread,Time,Action,Pointer,Size,Stream) —
-    /// every stream, every thread's order kept — and report time, peak memory held, fragmentation
-    /// and leaks. A corrupt or truncated log is refused with the line number.
+    /// every stream, every thread's order kept — or the program's allocations and frees in a
+    /// PyTorch memory snapshot (recorded with torch.cuda.memory._record_memory_history), and
+    /// report time, peak memory held, fragmentation and leaks. A corrupt or truncated log is
+    /// refused with the line number.
     Replay(ReplayArgs),
     /// Time the standard workloads W1-W3 against named resources (emm bench --json)
     ///
@@ -197,8 +199,9 @@ pub struct ListArgs {
 cannot be used, or a usage error"
 )]
 pub struct ReplayArgs {
-    /// The log (LoggingAdaptor writes one)
-    #[arg(value_name = "LOG.CSV")]
+    /// The log: RMM's CSV (LoggingAdaptor writes one), or a PyTorch memory snapshot
+    /// (torch.cuda.memory._dump_snapshot's pickle, plain or .gz)
+    #[arg(value_name = "LOG")]
     pub log: PathBuf,
     /// The resource to replay against
     #[arg(long, value_name = "NAME", default_value = "pool", value_parser = PossibleValuesParser::new(RESOURCES))]
