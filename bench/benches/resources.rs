@@ -2,8 +2,8 @@
 //! `random_allocations` grid and the holes test, on the simulated GPU with contents tracking
 //! and trace recording off.
 //!
-//! Run with `cargo bench -p emm-core --bench resources`. Before divan's timings, `main` prints
-//! one JSON line per (resource, workload) from the shared harness (`emm_core::mr::bench`: the
+//! Run with `cargo bench -p emm-bench --bench resources`. Before divan's timings, `main` prints
+//! one JSON line per (resource, workload) from the shared harness (`emm_bench::harness`: the
 //! peers' protocol, warm-up plus median of three passes, with memory held at peak over peak
 //! live bytes) and the holes test, and writes them to `target/emm-bench/resources.jsonl`
 //! (`EMM_BENCH_RESULTS` overrides the path). `EMM_BENCH_SUMMARY=0` skips that part;
@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use divan::counter::ItemsCount;
 use divan::Bencher;
-use emm_core::mr::bench::{self, BenchConfig, BenchResult};
+use emm_bench::harness::{self as bench, BenchConfig, BenchResult};
 use emm_core::mr::{
     ArenaResource, AsyncResource, Backing, BinningResource, CudaResource, DeviceMemoryResource,
     FixedSizeResource, ManagedResource, MrResult, PoolOptions, PoolResource,

@@ -2,7 +2,7 @@
 //! the raw driver, on the simulated GPU; prints what the contract layer costs on the host per
 //! op and the simulated device time of each.
 //!
-//! `cargo run --release -p emm-core --example contract_w1`
+//! `cargo run --release -p emm-bench --example contract_w1`
 
 use std::sync::Arc;
 use std::time::Instant;

@@ -3,13 +3,14 @@
 //! lock, the replay harness alone (W1, W3 with a bump "allocator"), and `PoolResource` with
 //! chunks over the simulated GPU (no driver call in the timed passes), five passes each.
 //!
-//! `cargo run --release -p emm-core --example host_floor`; the GPU bundle carries the binary.
+//! `cargo run --release -p emm-bench --example host_floor`; the GPU bundle carries the binary.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use emm_core::mr::{bench, Backing, CudaResource, PoolOptions, PoolResource};
+use emm_bench::harness as bench;
+use emm_core::mr::{Backing, CudaResource, PoolOptions, PoolResource};
 use emm_core::{workloads, StreamId};
 use emm_sim::{SimConfig, SimDriver};
 

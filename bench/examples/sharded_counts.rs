@@ -14,15 +14,15 @@
 //! 2026-11-24 (W1 by 16 threads on own streams: 4.8 driver calls and 1.7 moves per 1 000
 //! operations here, 4.6 and 1.6 there).
 //!
-//! `cargo run --release -p emm-core --example sharded_counts -- [--lockstep K [--drift D]]
+//! `cargo run --release -p emm-bench --example sharded_counts -- [--lockstep K [--drift D]]
 //! [--shards N] [--threads 1,2,4,8,16] [--workload W1,W2,W3] [--streams own,shared]
 //! [--round-ops N]`
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 
+use emm_bench::threads::{self, ThreadsConfig};
 use emm_core::driver::counting::{CallCounts, CountingDriver};
-use emm_core::mr::bench_threads::{self, ThreadsConfig};
 use emm_core::mr::{
     Backing, CudaResource, DeviceMemoryResource, MrResult, PoolOptions, PoolResource,
     ShardedPoolResource,
@@ -206,7 +206,7 @@ fn run_free(w: &Workload, n: usize, shared: bool, shards: usize, round_ops: usiz
         held_poll_every: if w.name == "W3" { 16 } else { 1 },
     };
     let build = |d: Arc<dyn Driver>| sharded(Arc::new(CountingDriver::new(d)), shards);
-    let r = bench_threads::run_counting(sim(), build, "sharded", w, &config).expect("bench");
+    let r = threads::run_counting(sim(), build, "sharded", w, &config).expect("bench");
     Row {
         calls: r.driver_calls.unwrap_or_default(),
         moves: r.chunk_moves.unwrap_or(0),

@@ -1,5 +1,5 @@
 //! The allocator benchmark harness: replay a workload against a resource, time it, and measure
-//! memory held against peak live bytes — shared by `cargo bench` (`core/benches/resources.rs`)
+//! memory held against peak live bytes — shared by `cargo bench` (`bench/benches/resources.rs`)
 //! and the `emm bench` command.
 //!
 //! The protocol is the one the peers were measured with (`shared/workloads.md`): one stream;
@@ -11,13 +11,13 @@
 //! # Examples
 //!
 //! ```
-//! use emm_core::mr::bench::{self, BenchConfig};
+//! use emm_bench::harness::{self, BenchConfig};
 //! use emm_core::mr::{CudaResource, PoolResource};
 //! use emm_core::workloads::{Op, Workload};
 //! # fn demo<D: emm_core::Driver>(driver: std::sync::Arc<D>) -> emm_core::mr::MrResult<()> {
 //! let w = Workload::new("tiny", vec![Op::Alloc(1000), Op::Alloc(5000), Op::Free(0), Op::Free(0)]);
 //! let d = driver.clone();
-//! let r = bench::run(&*driver, || Ok(PoolResource::new(CudaResource::<D>::new(d))), "pool", &w,
+//! let r = harness::run(&*driver, || Ok(PoolResource::new(CudaResource::<D>::new(d))), "pool", &w,
 //!     &BenchConfig::default())?;
 //! println!("{}", r.to_json());
 //! # Ok(()) }
@@ -26,10 +26,10 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::driver::{DevicePtr, Driver, StreamId};
-use crate::mr::named::{self, WithResource};
-use crate::mr::{DeviceMemoryResource, MrError, MrResult};
-use crate::workloads::{Op, SplitMix64, Workload};
+use emm_core::driver::{DevicePtr, Driver, StreamId};
+use emm_core::mr::named::{self, WithResource};
+use emm_core::mr::{DeviceMemoryResource, MrError, MrResult};
+use emm_core::workloads::{Op, SplitMix64, Workload};
 
 /// How a benchmark runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -258,7 +258,7 @@ pub fn run<R: DeviceMemoryResource>(
     })
 }
 
-/// [`run`] on the chain named `name` ([`crate::mr::named`]), built on `driver` and measured as
+/// [`run`] on the chain named `name` ([`emm_core::mr::named`]), built on `driver` and measured as
 /// its own type: its allocate and free are then compiled into the replay loop, as the peers'
 /// harness (`shared/peers/src/workload.hpp`, a template over the allocator) compiles theirs,
 /// instead of being called through `dyn DeviceMemoryResource` (15–17 instructions an operation

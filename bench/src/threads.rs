@@ -2,7 +2,7 @@
 //! resource, each thread with its own copy of the op list, on its own stream or all on one
 //! shared stream.
 //!
-//! The protocol extends the single-thread one ([`crate::mr::bench`]): one team of threads, as a
+//! The protocol extends the single-thread one ([`crate::harness`]): one team of threads, as a
 //! thread pool's, lives through one untimed warm-up round and the timed rounds, so that
 //! per-thread caches warmed up stay with their threads; each round starts them together at a
 //! barrier (each thread replays its list [`repeats`] times, about a million operations), host clock from the first thread's start
@@ -23,7 +23,7 @@
 //! # Examples
 //!
 //! ```
-//! use emm_core::mr::bench_threads::{self, ThreadsConfig};
+//! use emm_bench::threads::{self, ThreadsConfig};
 //! use emm_core::mr::{CudaResource, ShardedPoolResource};
 //! use emm_core::workloads::{Op, Workload};
 //! # fn demo<D: emm_core::Driver>(driver: std::sync::Arc<D>) -> emm_core::mr::MrResult<()> {
@@ -31,7 +31,7 @@
 //! let config = ThreadsConfig { threads: 4, ..ThreadsConfig::default() };
 //! // Called twice: once for the timed rounds, once for a fresh resource to measure memory.
 //! let build = || Ok(ShardedPoolResource::new(CudaResource::<D>::new(driver.clone())));
-//! let r = bench_threads::run(&*driver, build, "sharded", &w, &config)?;
+//! let r = threads::run(&*driver, build, "sharded", &w, &config)?;
 //! println!("{}", r.to_json());
 //! # Ok(()) }
 //! ```
@@ -40,11 +40,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::Instant;
 
-use crate::driver::counting::{CallCounts, CountingDriver};
-use crate::driver::{DevicePtr, Driver, StreamId};
-use crate::mr::bench::replay_once;
-use crate::mr::{DeviceMemoryResource, MrError, MrResult};
-use crate::workloads::{self, Workload};
+use crate::harness::replay_once;
+use emm_core::driver::counting::{CallCounts, CountingDriver};
+use emm_core::driver::{DevicePtr, Driver, StreamId};
+use emm_core::mr::{DeviceMemoryResource, MrError, MrResult};
+use emm_core::workloads::{self, Workload};
 
 /// The most memory a resource may hold from the device, as a multiple of the peak of all
 /// threads' live bytes together, on the standard workloads by up to 16 threads (the scaling

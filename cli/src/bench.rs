@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use emm_core::mr::bench::{self, BenchConfig, BenchResult};
+use emm_bench::harness::{self, BenchConfig, BenchResult};
 use emm_core::mr::named::{self, NAMED_RESOURCES};
 use emm_core::workloads;
 use emm_core::Driver;
@@ -240,7 +240,7 @@ pub fn single_results(
             // A fresh simulated GPU per run; the real one is shared (and must be idle).
             let driver = make_driver(cuda)?;
             let device = device_name(&*driver);
-            match bench::run_named(&driver, r, w, &config) {
+            match harness::run_named(&driver, r, w, &config) {
                 Ok(res) => {
                     let virtual_ns = if cuda.is_none() {
                         virtual_ns_per_op(r, w)
@@ -291,9 +291,9 @@ fn virtual_ns_per_op(resource: &str, w: &workloads::Workload) -> Option<f64> {
     let driver: Arc<dyn Driver> = Arc::new(sim.clone());
     let r = named::build(resource, driver).ok()?;
     let stream = emm_core::StreamId::DEFAULT;
-    bench::replay_once(&*r, w, stream, || Ok(())).ok()?;
+    harness::replay_once(&*r, w, stream, || Ok(())).ok()?;
     let t0 = sim.now_ns();
-    bench::replay_once(&*r, w, stream, || Ok(())).ok()?;
+    harness::replay_once(&*r, w, stream, || Ok(())).ok()?;
     sim.context_synchronize().ok()?;
     Some((sim.now_ns() - t0) as f64 / w.ops.len().max(1) as f64)
 }

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use emm_core::mr::bench::holes_test;
+use emm_bench::harness::holes_test;
 use emm_core::mr::named;
 use emm_core::workloads::{self, Workload};
 use emm_core::{DevicePtr, Driver, StreamId};
@@ -79,7 +79,7 @@ pub fn timeline(
     })
 }
 
-/// The holes test (`emm_core::mr::bench::holes_test`) for each count in `holes`: ns per
+/// The holes test (`emm_bench::harness::holes_test`) for each count in `holes`: ns per
 /// operation (median of five runs) of allocate 1 KiB + free with that many 512-byte free holes
 /// pinned in the pool.
 ///
@@ -154,7 +154,7 @@ pub fn peered_ns_per_op(devices: u32, resource: &str, w: &Workload) -> Result<f6
     let driver: Arc<dyn Driver> = Arc::new(sim.clone());
     let r = named::build(resource, driver).map_err(|e| e.to_string())?;
     let t0 = sim.now_ns();
-    emm_core::mr::bench::replay_once(&*r, w, StreamId::DEFAULT, || Ok(()))
+    emm_bench::harness::replay_once(&*r, w, StreamId::DEFAULT, || Ok(()))
         .map_err(|e| e.to_string())?;
     sim.context_synchronize().map_err(|e| e.to_string())?;
     Ok((sim.now_ns() - t0) as f64 / w.ops.len().max(1) as f64)

@@ -7,12 +7,12 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use emm_core::mr::bench::BenchResult;
-use emm_core::mr::bench_threads::ThreadsResult;
+use emm_bench::harness::BenchResult;
+use emm_bench::threads::ThreadsResult;
 
 use super::bench_measure::Timeline;
 use super::bench_peers::{peer_name, PeerFigure};
-use crate::charts::{BarChart, Legend, LineChart, Panel};
+use emm_bench::charts::{BarChart, Legend, LineChart, Panel};
 
 /// Everything one `--report` run measured.
 #[derive(Debug, Default)]
@@ -317,7 +317,7 @@ impl Collected {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::bench_peers::parse_peers;
+    use crate::bench_peers::parse_peers;
 
     #[test]
     fn a_report_folder_has_its_tables_and_a_chart_per_measurement() {

@@ -65,9 +65,8 @@ pub(crate) fn threads(plan: &Plan, cuda: &Option<Arc<dyn Driver>>, threads: &[us
         threads_mode::header();
     }
     let tp = threads_plan(plan, threads, true);
-    let each = |r: &emm_core::mr::bench_threads::ThreadsResult| {
-        threads_mode::print(r, &plan.backend, plan.json)
-    };
+    let each =
+        |r: &emm_bench::threads::ThreadsResult| threads_mode::print(r, &plan.backend, plan.json);
     match threads_mode::run(&tp, &|| make_driver(cuda), each) {
         Ok((_, failed)) => exit(failed),
         Err(e) => {
@@ -256,8 +255,8 @@ fn collect(
 #[cfg(test)]
 mod tests {
     use super::{report_threads_plan, THREADS_RESOURCES};
-    use crate::cli::args::Args;
-    use crate::cli::bench::parse;
+    use crate::args::Args;
+    use crate::bench::parse;
 
     fn plan(args: &str) -> super::Plan {
         parse(Args::new(

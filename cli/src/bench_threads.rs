@@ -1,11 +1,11 @@
 //! `emm bench --threads LIST`: the standard workloads replayed by 1, 2, 4, … threads at once
 //! against named resources, each thread on its own stream or all on the default stream
-//! (`emm_core::mr::bench_threads`).
+//! (`emm_bench::threads`).
 
 use std::sync::Arc;
 
+use emm_bench::threads::{self, ThreadsConfig, ThreadsResult};
 use emm_core::driver::counting::CallCounts;
-use emm_core::mr::bench_threads::{self, ThreadsConfig, ThreadsResult};
 use emm_core::mr::named;
 use emm_core::workloads::Workload;
 use emm_core::Driver;
@@ -63,7 +63,7 @@ pub fn print(r: &ThreadsResult, backend: &str, json: bool) {
             r.threads,
             if r.shared_stream { "shared" } else { "own" },
             r.held_over_live(),
-            bench_threads::HELD_BOUND
+            threads::HELD_BOUND
         );
     }
 }
@@ -125,7 +125,7 @@ pub fn run(
                     // Built over a counting driver: its calls per 1 000 operations are what a
                     // GPU's slow paths cost, which the simulated GPU's clock does not show.
                     let build = |counting| named::build(r, counting);
-                    match bench_threads::run_counting(Arc::clone(&d), build, r, w, &config) {
+                    match threads::run_counting(Arc::clone(&d), build, r, w, &config) {
                         Ok(res) => {
                             each(&res);
                             out.push(res);

@@ -16,9 +16,9 @@ use super::progress::{on_stderr, use_color};
 use super::{
     backend, resolve_plugin, Args, Command, BACKENDS, EXIT_CANNOT_RUN, EXIT_FAIL, EXIT_PASS,
 };
-use crate::config::{seed_from, Config, ProgressFn, DEFAULT_REGRESSIONS, SEED_VAR};
-use crate::replay::{load, replay};
-use crate::verdict::record_of;
+use emm_conformance::config::{seed_from, Config, ProgressFn, DEFAULT_REGRESSIONS, SEED_VAR};
+use emm_conformance::replay::{load, replay};
+use emm_conformance::verdict::record_of;
 
 /// `emm check`.
 pub const COMMAND: Command = Command {
@@ -217,7 +217,7 @@ fn load_for_check(plugin: &str, policy: &GatePolicy) -> Result<Loaded, String> {
         let subject = f.module().content_hash().map(Subject::wasm);
         let settings = Some(f.module().settings());
         return Ok(Loaded {
-            factory: Arc::new(crate::sandboxed::Sandboxed(f.clone())),
+            factory: Arc::new(emm_conformance::sandboxed::Sandboxed(f.clone())),
             wasm: Some(f),
             subject,
             settings,
@@ -292,9 +292,9 @@ fn check(plugin: &str, mut config: Config, out: &Output) -> i32 {
     }
     quiet_panics();
     let done = count_cases(&mut config);
-    let report = crate::runner::check(&*loaded.factory, &config);
+    let report = emm_conformance::runner::check(&*loaded.factory, &config);
     // The random cases that actually ran: the depth a verdict records.
-    let fixed = crate::strategy::scenarios().len();
+    let fixed = emm_conformance::strategy::scenarios().len();
     let ran = done.load(Ordering::Relaxed).saturating_sub(fixed);
     if json {
         println!("{}", report.to_json());

@@ -1,4 +1,5 @@
-//! The `emm` command-line tool: one file per subcommand, listed in [`COMMANDS`].
+//! emm-cli: the `emm` command-line tool over the conformance suite (emm-conformance) and the
+//! benchmarks (emm-bench): one file per subcommand, listed in [`COMMANDS`].
 //!
 //! A new subcommand is a new file with a `pub const COMMAND: Command` and one line in
 //! [`COMMANDS`]. Exit status: [`EXIT_PASS`] when all checks pass, [`EXIT_FAIL`] when one
@@ -32,13 +33,12 @@ pub mod sweep;
 
 use std::sync::Arc;
 
-use emm_core::contract::selection::{current_factory_with_env, manager_names};
-use emm_core::contract::ManagerFactory;
-
-use crate::backend::Backend;
-use crate::cuda_backend::CudaBackend;
-use crate::sim_backend::SimBackend;
 pub use args::Args;
+use emm_conformance::backend::Backend;
+use emm_conformance::cuda_backend::CudaBackend;
+/// The factory of a plugin name or `.wasm` path; the suite library resolves it.
+pub use emm_conformance::resolve_plugin;
+use emm_conformance::sim_backend::SimBackend;
 
 /// All checks passed.
 pub const EXIT_PASS: i32 = 0;
@@ -150,22 +150,6 @@ pub fn help() -> String {
         "\n`emm <command> --help` shows a command's flags; `emm --version` the version.\n",
     );
     out
-}
-
-/// The factory of `plugin`: a built-in manager's name (`emm list` shows them) or the path
-/// of a `.wasm` plugin, resolved through the registry as `EMM_MEMORY_MANAGER` is.
-///
-/// # Errors
-///
-/// No such manager, or the plugin cannot be loaded, with the reason.
-pub fn resolve_plugin(plugin: &str) -> Result<Arc<dyn ManagerFactory>, String> {
-    if plugin.trim().is_empty() {
-        return Err(format!(
-            "no plugin named; give one of: {}",
-            manager_names().join(", ")
-        ));
-    }
-    current_factory_with_env(Some(plugin)).map_err(|e| e.to_string())
 }
 
 /// The backends `--backend` takes.

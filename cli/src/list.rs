@@ -6,7 +6,7 @@ use emm_core::contract::selection::manager_names;
 use serde_json::json;
 
 use super::{Args, Command, BACKENDS, EXIT_CANNOT_RUN, EXIT_PASS};
-use crate::checks::CHECKS;
+use emm_conformance::checks::CHECKS;
 
 /// `emm list`.
 pub const COMMAND: Command = Command {

@@ -1,7 +1,7 @@
-//! `emm`: the command-line tool (`emm check`, `emm list`); the subcommands live in
-//! `emm_conformance::cli`, one file each.
+//! `emm`: the command-line tool (`emm check`, `emm list`, `emm bench`, ...); the subcommands
+//! live in the `emm_cli` library, one file each.
 
 fn main() {
-    let code = emm_conformance::cli::main_os(std::env::args_os().skip(1));
+    let code = emm_cli::main_os(std::env::args_os().skip(1));
     std::process::exit(code);
 }

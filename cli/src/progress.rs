@@ -4,7 +4,7 @@ use std::io::{IsTerminal, Write};
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::config::{Progress, ProgressFn};
+use emm_conformance::config::{Progress, ProgressFn};
 
 /// Width of the bar in characters.
 const WIDTH: usize = 30;

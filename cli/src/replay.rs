@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
+use emm_bench::replay::{replay, EventLog, HeldProbe, ReplayOptions, Threading};
 use emm_core::mr::named::{self, NAMED_RESOURCES};
-use emm_core::mr::replay::{replay, EventLog, HeldProbe, ReplayOptions, Threading};
 use emm_core::Driver;
 use emm_sim::{SimConfig, SimDriver, GIB};
 
@@ -129,7 +129,7 @@ fn run(mut a: Args) -> i32 {
 }
 
 fn report_json(
-    r: &emm_core::mr::replay::ReplayReport,
+    r: &emm_bench::replay::ReplayReport,
     resource: &str,
     backend: &str,
     file: &str,

@@ -1,11 +1,11 @@
-//! `emm soak`: the soak ([`crate::soak`]) for a set number of minutes.
+//! `emm soak`: the soak ([`emm_conformance::soak`]) for a set number of minutes.
 
 use std::io::Write as _;
 use std::time::Duration;
 
 use super::{Args, Command, EXIT_CANNOT_RUN, EXIT_FAIL, EXIT_PASS};
-use crate::soak::{soak, SoakConfig};
-use crate::sweep::subjects;
+use emm_conformance::soak::{soak, SoakConfig};
+use emm_conformance::sweep::subjects;
 
 /// `emm soak`.
 pub const COMMAND: Command = Command {

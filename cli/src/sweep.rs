@@ -1,10 +1,10 @@
-//! `emm sweep`: the fault-injection sweep ([`crate::sweep`]) over the built-in managers and
+//! `emm sweep`: the fault-injection sweep ([`emm_conformance::sweep`]) over the built-in managers and
 //! the `.wasm` plugins named on the command line.
 
 use emm_core::CudaCode;
 
 use super::{Args, Command, EXIT_CANNOT_RUN, EXIT_FAIL, EXIT_PASS};
-use crate::sweep::{subjects, sweep, SweepConfig, FAULT_KINDS};
+use emm_conformance::sweep::{subjects, sweep, SweepConfig, FAULT_KINDS};
 
 /// `emm sweep`.
 pub const COMMAND: Command = Command {

@@ -4,14 +4,14 @@
 //! measurements behind the allocator's rounding and segment sizes; `--hot-path` the wall-clock
 //! cost of an allocate or free on the standard workloads W1, W2, W3.
 //!
-//! `cargo run --release -p emm-core --example unified_training [-- --sweep | --hot-path]`
+//! `cargo run --release -p emm-bench --example unified_training [-- --sweep | --hot-path]`
 
 mod strategies;
 mod workload;
 
 use std::sync::Arc;
 
-use emm_core::mr::bench::{self, BenchConfig};
+use emm_bench::harness::{self as bench, BenchConfig};
 use emm_core::mr::{ManagedResource, PoolResource};
 use emm_core::unified::{CachingManagedAllocator, CachingManagedOptions, GiveBack, ManagedLimit};
 use emm_core::{workloads, DeviceId, Driver, StreamId};

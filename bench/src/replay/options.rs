@@ -1,4 +1,4 @@
-//! [`ReplayOptions`]: how [`replay`](crate::mr::replay::replay) runs: which threads
+//! [`ReplayOptions`]: how [`replay`](crate::replay::replay) runs: which threads
 //! ([`Threading`]), how held memory is measured ([`HeldProbe`]), whether leaks are kept.
 
 use std::fmt;

@@ -15,13 +15,13 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Condvar, Mutex};
 use std::time::Instant;
 
-use crate::driver::{DevicePtr, Driver, EventId, StreamId};
-use crate::mr::adaptor::lock;
-use crate::mr::replay::{
+use crate::lock;
+use crate::replay::{
     EventLog, HeldProbe, LogAction, LogEvent, LoggedAllocation, ReplayError, ReplayFailure,
     ReplayOptions, ReplayReport, SizeMismatch, Threading, MAX_REPLAY_THREADS,
 };
-use crate::mr::DeviceMemoryResource;
+use emm_core::driver::{DevicePtr, Driver, EventId, StreamId};
+use emm_core::mr::DeviceMemoryResource;
 
 /// Replays `log` against `resource`; see the [module docs](self).
 ///
@@ -325,7 +325,7 @@ impl<R: DeviceMemoryResource + ?Sized> State<'_, R> {
         }
     }
 
-    fn fail(&mut self, line: usize, e: &LogEvent, error: crate::mr::MrError) {
+    fn fail(&mut self, line: usize, e: &LogEvent, error: emm_core::mr::MrError) {
         self.report.failures.push(ReplayFailure {
             line,
             action: e.action,
@@ -381,8 +381,8 @@ impl<R: DeviceMemoryResource + ?Sized> State<'_, R> {
     }
 }
 
-fn oversized(resource: &'static str, size: u64) -> crate::mr::MrError {
-    crate::mr::MrError::OutOfMemory {
+fn oversized(resource: &'static str, size: u64) -> emm_core::mr::MrError {
+    emm_core::mr::MrError::OutOfMemory {
         resource,
         requested: size,
         available: None,

@@ -3,9 +3,9 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::mr::replay::LogAction;
-use crate::mr::MrError;
-use crate::units::Bytes;
+use crate::replay::LogAction;
+use emm_core::mr::MrError;
+use emm_core::units::Bytes;
 
 /// How many failures the report's `Display` lists one by one.
 pub const FAILURES_SHOWN: usize = 10;
@@ -63,7 +63,7 @@ pub struct ReplayFailure {
 /// told not to); `unknown_frees` are frees of pointers not live at the time (double frees,
 /// foreign pointers, or frees of memory allocated before logging began).
 ///
-/// [`HeldProbe`]: crate::mr::replay::HeldProbe
+/// [`HeldProbe`]: crate::replay::HeldProbe
 #[derive(Debug, Clone, Default)]
 pub struct ReplayReport {
     /// The resource replayed against.

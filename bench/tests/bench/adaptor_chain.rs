@@ -9,7 +9,7 @@ use std::io::{self, Write};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use emm_core::mr::replay::{replay, EventLog, ReplayOptions, Threading};
+use emm_bench::replay::{replay, EventLog, ReplayOptions, Threading};
 use emm_core::mr::{
     CudaResource, DeviceMemoryResource, LimitingAdaptor, LoggingAdaptor, MrError, StatisticsAdaptor,
 };
@@ -157,7 +157,7 @@ fn a_chain_shared_by_four_threads_stays_consistent_and_its_log_replays() {
         let original: Vec<_> = log
             .events()
             .iter()
-            .filter(|e| e.action != emm_core::mr::replay::LogAction::AllocateFailure)
+            .filter(|e| e.action != emm_bench::replay::LogAction::AllocateFailure)
             .collect();
         assert_eq!(again.events().len(), original.len());
         let mut map = HashMap::new();

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use emm_core::mr::replay::{
+use emm_bench::replay::{
     replay, EventLog, HeldProbe, LogAction, ReplayError, ReplayOptions, Threading,
 };
 use emm_core::mr::{
@@ -154,7 +154,7 @@ fn leaks_unknown_frees_wrong_sizes_and_failures_are_reported_by_line() {
         (2, 2),
         "0x0 and 0x1 are both the default stream"
     );
-    let lines = |v: &[emm_core::mr::replay::LoggedAllocation]| {
+    let lines = |v: &[emm_bench::replay::LoggedAllocation]| {
         v.iter()
             .map(|l| (l.line, l.pointer, l.size))
             .collect::<Vec<_>>()
@@ -395,7 +395,7 @@ fn corrupt_and_truncated_logs_name_the_line_and_what_was_expected() {
 #[test]
 fn a_log_of_many_threads_replays_on_a_bounded_number_of_threads() {
     let mut body = String::from(HEADER);
-    let n = 3 * emm_core::mr::replay::MAX_REPLAY_THREADS as u64;
+    let n = 3 * emm_bench::replay::MAX_REPLAY_THREADS as u64;
     for t in 0..n {
         let p = 0x10_0000 * (t + 1);
         writeln!(body, "{},10:00:00.000001,allocate,{p:#x},256,0x0", t + 1).unwrap();
@@ -420,14 +420,14 @@ fn a_log_of_many_threads_replays_on_a_bounded_number_of_threads() {
     assert!(report.failures.is_empty() && report.leaks.is_empty());
     assert_eq!(report.threads, n as usize);
     let used = threads.lock().unwrap().len();
-    assert_eq!(used, emm_core::mr::replay::MAX_REPLAY_THREADS);
+    assert_eq!(used, emm_bench::replay::MAX_REPLAY_THREADS);
 }
 
 /// A stream with no line end (`/dev/zero`, a binary file) is refused at the line limit, with
 /// the line's number, not read into memory whole.
 #[test]
 fn a_line_longer_than_any_event_is_refused_at_the_limit() {
-    use emm_core::mr::replay::MAX_LINE_BYTES;
+    use emm_bench::replay::MAX_LINE_BYTES;
     use std::io::Read as _;
     let zeros = std::io::BufReader::new(std::io::repeat(0).take(1 << 30));
     let e = EventLog::parse(zeros).expect_err("no header line");

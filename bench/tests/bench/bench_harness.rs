@@ -3,7 +3,7 @@
 use std::cell::Cell;
 use std::sync::Arc;
 
-use emm_core::mr::bench::{self, BenchConfig};
+use emm_bench::harness::{self as bench, BenchConfig};
 use emm_core::mr::named::{self, WithResource, NAMED_RESOURCES};
 use emm_core::mr::{DeviceMemoryResource, MrError, MrResult, PoolResource};
 use emm_core::workloads::{Op, Workload};

@@ -25,7 +25,7 @@ fn the_committed_header_matches_the_sources() {
     assert!(
         committed == text,
         "capi/include/emm.h is stale: the C ABI changed. Regenerate it with \
-         `EMM_BLESS=1 cargo test -p emm-capi --test header` and commit it."
+         `EMM_BLESS=1 cargo test -p emm-capi --test capi header::` and commit it."
     );
     for f in [
         "emm_torch_alloc",

@@ -1,10 +1,10 @@
 //! The `emm` tool's exit statuses and output, run in process through `cli::main`.
 
-mod zoo;
+use crate::zoo;
 
 use std::sync::Arc;
 
-use emm_conformance::cli::{self, help, list, EXIT_CANNOT_RUN, EXIT_FAIL, EXIT_PASS};
+use emm_cli::{self as cli, help, list, EXIT_CANNOT_RUN, EXIT_FAIL, EXIT_PASS};
 use emm_core::contract::register_manager;
 use zoo::{Bug, ZooFactory};
 
@@ -102,7 +102,7 @@ fn the_cuda_backend_without_a_gpu_cannot_run() {
         emm("check pool --backend cuda --seed 1 --no-regressions"),
         EXIT_CANNOT_RUN
     );
-    let e = emm_conformance::cli::backend("cuda").err().unwrap();
+    let e = emm_cli::backend("cuda").err().unwrap();
     assert!(e.contains("no NVIDIA driver") && !e.contains('\n'), "{e}");
 }
 

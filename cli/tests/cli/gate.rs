@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Once};
 
-use emm_conformance::cli::{self, EXIT_CANNOT_RUN, EXIT_FAIL, EXIT_PASS};
+use emm_cli::{self as cli, EXIT_CANNOT_RUN, EXIT_FAIL, EXIT_PASS};
 use emm_conformance::{check, Config, SimBackend};
 use emm_sandbox::gate::{
     ContentHash, Depth, GateMode, GatePolicy, Subject, VerdictRecord, VerdictStore,
@@ -64,7 +64,7 @@ fn example(name: &str) -> PathBuf {
 /// A known-bad plugin: the sandbox's hostile fixture as a plain bump allocator, which never
 /// frees, so `reset` frees nothing and freed memory is never served again.
 fn bump_allocator(dir: &Path) -> PathBuf {
-    let wat = include_str!("../../sandbox/tests/fixtures/hostile.wat")
+    let wat = include_str!("../../../sandbox/tests/fixtures/hostile.wat")
         .replace("HOSTILE", "(nop)")
         .replace("NTH", "0")
         .replace("VERSION", "1")

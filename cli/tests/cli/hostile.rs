@@ -6,9 +6,9 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use emm_conformance::cli::{self, EXIT_CANNOT_RUN, EXIT_FAIL};
+use emm_cli::{self as cli, EXIT_CANNOT_RUN, EXIT_FAIL};
 
-const TEMPLATE: &str = include_str!("../../sandbox/tests/fixtures/hostile.wat");
+const TEMPLATE: &str = include_str!("../../../sandbox/tests/fixtures/hostile.wat");
 
 fn fixture(hostile: &str, nth: u32, version: i32, init: i32) -> String {
     TEMPLATE

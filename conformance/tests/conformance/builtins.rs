@@ -1,6 +1,6 @@
 //! Every built-in manager the registry knows passes every check, on several seeds.
 
-use emm_conformance::cli::resolve_plugin;
+use emm_conformance::resolve_plugin;
 use emm_conformance::{check, Config};
 use emm_core::contract::selection::manager_names;
 

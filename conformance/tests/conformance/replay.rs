@@ -1,6 +1,6 @@
 //! Failures persist as regression files, and a replay reproduces the same verdict.
 
-mod zoo;
+use crate::zoo;
 
 use std::path::PathBuf;
 

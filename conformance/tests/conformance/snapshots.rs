@@ -1,6 +1,6 @@
 //! Snapshots of the human report and of the JSON report's schema.
 
-mod zoo;
+use crate::zoo;
 
 use emm_conformance::{check, Config, Report};
 use zoo::{Bug, ZooFactory};

@@ -1,7 +1,7 @@
 //! Proof that the suite catches bugs: each plugin of the zoo fails the check named for its
 //! bug, and the zoo's correct control passes everything.
 
-mod zoo;
+use crate::zoo;
 
 use emm_conformance::{check, CheckId, Config};
 use zoo::wasm::WasmBug;

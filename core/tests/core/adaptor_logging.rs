@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use emm_core::mr::adaptor::logging::os_thread_id;
-use emm_core::mr::replay::{EventLog, LogAction};
+use emm_core::mr::event_log::{EventLog, LogAction};
 use emm_core::mr::{CudaResource, DeviceMemoryResource, LoggingAdaptor, MrResult};
 use emm_core::{DevicePtr, Driver, StreamId};
 use emm_sim::{SimConfig, SimDriver, GIB};

@@ -2,7 +2,7 @@
 //! a failed prefetch gives the memory back (rollback). The managed-memory upstream is a small
 //! one written here (`ManagedResource` comes from another part of the project).
 
-mod adaptor_suite;
+use crate::adaptor_suite;
 
 use std::sync::Arc;
 

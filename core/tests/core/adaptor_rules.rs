@@ -1,7 +1,7 @@
 //! Every adaptor over `CudaResource` keeps the rules of `core/src/mr/mod.rs`: the generic suite
 //! of `adaptor_suite` (RMM's resource tests) against each one, and against a deep chain.
 
-mod adaptor_suite;
+use crate::adaptor_suite;
 
 use std::sync::Arc;
 

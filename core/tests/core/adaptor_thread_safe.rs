@@ -1,7 +1,7 @@
 //! `ThreadSafeAdaptor`: a single-threaded `LocalMemoryResource` (here a small per-stream cache
 //! of freed blocks, written with `&mut self` and no locks) shared by four threads.
 
-mod adaptor_suite;
+use crate::adaptor_suite;
 
 use std::collections::HashMap;
 use std::sync::Arc;

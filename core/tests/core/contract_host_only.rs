@@ -1,7 +1,7 @@
 //! `HostOnlyManager`: the seed's "Providing device memory management only" rules, with a
 //! resource as the device side.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

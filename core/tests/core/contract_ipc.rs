@@ -1,6 +1,6 @@
 //! IPC handles: base + offset for suballocated pointers, opened in a second simulated process.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

@@ -9,7 +9,6 @@ use std::sync::Arc;
 use emm_core::contract::{
     get_ipc_handle_via_driver, open_on_device, IpcAccess, MemoryPointer, SourceInfo,
 };
-use emm_core::mr::bench::replay_once;
 use emm_core::mr::named;
 use emm_core::workloads::{Op, Workload};
 use emm_core::{ContextId, DeviceId, Driver, StreamId};
@@ -129,7 +128,17 @@ fn a_pool_removes_the_peer_registration_cost_of_cu_mem_alloc() {
         g.set_current_context(ctxs[0]).unwrap();
         let r = named::build(name, Arc::new(g.clone())).unwrap();
         let t0 = g.now_ns();
-        replay_once(&*r, &w, StreamId::DEFAULT, || Ok(())).unwrap();
+        emm_core::workloads::replay(
+            &w,
+            |size| {
+                r.allocate(size as usize, StreamId::DEFAULT)
+                    .map(|p| (p, size))
+            },
+            |(p, size): (emm_core::DevicePtr, u64), _| {
+                r.deallocate(p, size as usize, StreamId::DEFAULT).unwrap()
+            },
+        )
+        .unwrap();
         g.context_synchronize().unwrap();
         (g.now_ns() - t0) as f64 / w.ops.len() as f64
     };

@@ -1,5 +1,5 @@
 //! Regression tests for the bugs the fault-injection sweep (`emm sweep`), the concurrency
-//! stress (conformance/tests/stress.rs) and the soak (`emm soak`) found in emm-core.
+//! stress (conformance/tests/conformance/stress.rs) and the soak (`emm soak`) found in emm-core.
 
 use std::sync::Arc;
 

@@ -161,7 +161,7 @@ fn sizes_up_to(caps: Caps, sizes: &[usize]) -> Vec<usize> {
         .collect()
 }
 
-pub(crate) fn allocates_each_size_aligned_and_distinct(make: Make, caps: Caps) {
+fn allocates_each_size_aligned_and_distinct(make: Make, caps: Caps) {
     let g = gpu();
     let r = make(&g);
     let mut live = Live::new(&g, &*r);
@@ -175,7 +175,7 @@ pub(crate) fn allocates_each_size_aligned_and_distinct(make: Make, caps: Caps) {
     finish(&g, r);
 }
 
-pub(crate) fn one_pib_is_out_of_memory_and_leaves_it_usable(make: Make, caps: Caps) {
+fn one_pib_is_out_of_memory_and_leaves_it_usable(make: Make, caps: Caps) {
     let g = gpu();
     let r = make(&g);
     let e = r
@@ -199,7 +199,7 @@ pub(crate) fn one_pib_is_out_of_memory_and_leaves_it_usable(make: Make, caps: Ca
     finish(&g, r);
 }
 
-pub(crate) fn random_allocations(make: Make, caps: Caps) {
+fn random_allocations(make: Make, caps: Caps) {
     let g = gpu();
     let r = make(&g);
     let mut rng = SplitMix64::new(42);
@@ -215,7 +215,7 @@ pub(crate) fn random_allocations(make: Make, caps: Caps) {
     finish(&g, r);
 }
 
-pub(crate) fn mixed_random_allocation_free(make: Make, caps: Caps) {
+fn mixed_random_allocation_free(make: Make, caps: Caps) {
     let g = gpu();
     let r = make(&g);
     let mut rng = SplitMix64::new(53);
@@ -233,7 +233,7 @@ pub(crate) fn mixed_random_allocation_free(make: Make, caps: Caps) {
     finish(&g, r);
 }
 
-pub(crate) fn four_threads_at_once(make: Make, caps: Caps) {
+fn four_threads_at_once(make: Make, caps: Caps) {
     let g = gpu();
     let r = make(&g);
     let max = caps.max_alloc.min(MIB);
@@ -263,7 +263,7 @@ pub(crate) fn four_threads_at_once(make: Make, caps: Caps) {
     finish(&g, r);
 }
 
-pub(crate) fn producer_and_consumer_on_two_streams(make: Make, caps: Caps) {
+fn producer_and_consumer_on_two_streams(make: Make, caps: Caps) {
     let g = gpu();
     let r = make(&g);
     let (a, b) = (
@@ -312,7 +312,7 @@ pub(crate) fn producer_and_consumer_on_two_streams(make: Make, caps: Caps) {
     finish(&g, r);
 }
 
-pub(crate) fn shared_ownership_and_equality(make: Make, caps: Caps) {
+fn shared_ownership_and_equality(make: Make, caps: Caps) {
     let g = gpu();
     let r = make(&g);
     let shared = Arc::clone(&r);
@@ -334,7 +334,7 @@ pub(crate) fn shared_ownership_and_equality(make: Make, caps: Caps) {
     finish(&g, r);
 }
 
-pub(crate) fn bad_frees_are_refused_and_change_nothing(make: Make, caps: Caps) {
+fn bad_frees_are_refused_and_change_nothing(make: Make, caps: Caps) {
     let g = gpu();
     let r = make(&g);
     let mut live = Live::new(&g, &*r);

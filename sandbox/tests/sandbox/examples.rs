@@ -2,7 +2,7 @@
 //! sandbox, on the simulated GPU: alignment, no overlap, contents intact, frees, typed out of
 //! memory, reset, defer_cleanup, concurrent threads, IPC offsets, loading by path.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

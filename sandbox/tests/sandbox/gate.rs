@@ -2,7 +2,7 @@
 //! device check) takes the path a real GPU takes. Each test has its own verdict store in a
 //! temporary folder and a small minimum depth (4x8), so nothing here runs the suite.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};

@@ -2,7 +2,7 @@
 //! live allocation is lost or corrupted (contents verified on the simulated GPU). After the
 //! allocations are freed, the quarantined plugin's chunk is back with the driver.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -14,7 +14,7 @@ use emm_sandbox::module::wat_to_wasm;
 use emm_sandbox::{PluginFault, PluginLimits, PluginModule, PluginResource, Rule, SandboxError};
 use emm_sim::{SimDriver, GIB};
 
-const TEMPLATE: &str = include_str!("fixtures/hostile.wat");
+const TEMPLATE: &str = include_str!("../fixtures/hostile.wat");
 const S: StreamId = StreamId::DEFAULT;
 
 /// The fixture doing `hostile` on its `nth` allocation (never, for 0).
@@ -655,7 +655,7 @@ fn the_known_bad_binary_is_the_fixture_compiled() {
     assert_eq!(
         std::fs::read(&path).ok(),
         Some(wasm),
-        "{} is stale: run EMM_BLESS=1 cargo test -p emm-sandbox --test hostile known_bad",
+        "{} is stale: run EMM_BLESS=1 cargo test -p emm-sandbox --test sandbox hostile::known_bad",
         path.display()
     );
 }

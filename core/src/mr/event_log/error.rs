@@ -4,7 +4,7 @@
 use std::io;
 
 use crate::error::DriverError;
-use crate::mr::replay::HEADER;
+use crate::mr::event_log::HEADER;
 
 /// Why a memory event log could not be read or replayed.
 #[derive(Debug, thiserror::Error)]

@@ -1,7 +1,7 @@
 //! [`EventLog`]: a parsed memory event log, and [`LogSummary`], what the log alone says.
 //!
 //! Parsing is strict: the first line must be RMM's header exactly, every other line must have
-//! the six fields in RMM's formats (see [`crate::mr::replay::event`]), and the first line that
+//! the six fields in RMM's formats (see [`crate::mr::event_log::event`]), and the first line that
 //! does not gives a [`ReplayError`] with its number, what was expected and what was found; a
 //! last line cut short says that the log was truncated. Only blank lines at the very end are
 //! ignored, so event `i` is always on line `i + 2`.
@@ -12,8 +12,8 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 
-use crate::mr::replay::event::{digits, hex};
-use crate::mr::replay::{LogAction, LogEvent, ReplayError, TimeOfDay, HEADER};
+use crate::mr::event_log::event::{digits, hex};
+use crate::mr::event_log::{LogAction, LogEvent, ReplayError, TimeOfDay, HEADER};
 use crate::units::Bytes;
 
 /// The longest line a log may have, its newline aside: an event's six fields take at most
