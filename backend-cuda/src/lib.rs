@@ -23,6 +23,8 @@
 //! - `result`: one function per CUDA driver call, returning `DriverResult`; all raw `unsafe`.
 //! - `host`: the host memory the driver knows, so host loads and stores are checked.
 //! - `driver`: [`CudaDriver`], the `Driver` implementation, with every handle checked.
+//! - [`cudarc_interop`]: emm memory where cudarc takes device memory ([`cudarc_interop::AsCudarc`]),
+//!   emm streams from cudarc's ([`cudarc_interop::adopt_stream`]).
 //!
 //! Without a GPU or without the NVIDIA driver, [`CudaDriver::new`] returns an error
 //! (`CUDA_ERROR_NO_DEVICE`); nothing panics.
@@ -36,6 +38,7 @@
     unsafe_op_in_unsafe_fn
 )]
 
+pub mod cudarc_interop;
 mod driver;
 mod host;
 mod result;

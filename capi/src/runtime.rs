@@ -293,11 +293,7 @@ impl Runtime {
         hinted
             .into_iter()
             .chain((0..self.devices.len() as u32).map(DeviceId))
-            .find(|&d| {
-                self.live(d)
-                    .containing(addr)
-                    .is_some_and(|(b, _)| b == addr)
-            })
+            .find(|&d| self.live(d).starts_at(addr))
     }
 
     /// Frees the allocation at `addr`: on `stream` when it was stream-ordered and a stream is
@@ -319,15 +315,36 @@ impl Runtime {
         if addr == 0 {
             return Err(CapiError::null(function, "ptr"));
         }
-        let Some(d) = self.device_of(addr, hint) else {
+        let Some((_, live)) = self.take(addr, hint) else {
             if lock(&self.host).remove(&addr).is_some() {
                 return Ok(());
             }
             return Err(self.unknown(function, addr));
         };
-        let Some(live) = self.live(d).remove(addr) else {
-            return Err(self.unknown(function, addr));
-        };
+        Self::release(live, stream)
+    }
+
+    /// Takes the allocation at `addr` out of its device's table (trying `hint` first): its
+    /// device and entry, or `None` when no device's table holds it.
+    ///
+    /// # Time complexity
+    ///
+    /// O(1) expected with the right hint, else O(devices).
+    pub(crate) fn take(&self, addr: u64, hint: Option<DeviceId>) -> Option<(DeviceId, Live)> {
+        let hinted = hint.filter(|d| (d.0 as usize) < self.devices.len());
+        hinted
+            .into_iter()
+            .chain((0..self.devices.len() as u32).map(DeviceId))
+            .find_map(|d| self.live(d).remove(addr).map(|live| (d, live)))
+    }
+
+    /// Frees `live`, taken from its table: on `stream` when it was stream-ordered and a stream
+    /// is given, else as its finalizer does (on its own stream, or at once).
+    ///
+    /// # Errors
+    ///
+    /// The manager's (the memory is then released by its finalizer: nothing is lost).
+    pub(crate) fn release(live: Live, stream: Option<StreamId>) -> CapiResult<()> {
         match (live, stream) {
             (
                 Live::Device {

@@ -24,8 +24,9 @@ pub enum Region {
         end: u64,
         /// The buffer it belonged to.
         buffer: u32,
-        /// The stream its last use was ordered on when it was freed.
-        stream: StreamId,
+        /// The stream it was freed on, its last use ordered there (`None`: freed after the host
+        /// waited for its last use, so reusable on every stream at once).
+        stream: Option<StreamId>,
         /// The step of the case that freed it.
         step: usize,
     },
@@ -127,7 +128,7 @@ impl Model {
     }
 
     /// Marks the live region at `base` freed at `step`, its last use ordered on `stream`.
-    pub fn free(&mut self, base: u64, stream: StreamId, step: usize) {
+    pub fn free(&mut self, base: u64, stream: Option<StreamId>, step: usize) {
         if let Some(r) = self.regions.get_mut(&base) {
             if let Region::Live { end, buffer, .. } = *r {
                 *r = Region::Freed {
@@ -172,7 +173,7 @@ mod tests {
         assert_eq!(m.overlapping(1099, 1).map(|o| o.buffer), Some(1));
         assert_eq!(m.overlapping(950, 1000).map(|o| o.buffer), Some(1));
         assert_eq!(m.overlapping(1150, 10).map(|o| o.buffer), Some(2));
-        m.free(1000, StreamId(3), 7);
+        m.free(1000, Some(StreamId(3)), 7);
         assert_eq!(m.overlapping(1000, 100), None);
         assert!(matches!(
             m.reused(1050),

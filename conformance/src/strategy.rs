@@ -167,6 +167,36 @@ pub fn scenarios() -> Vec<(&'static str, Vec<Op>)> {
             ],
         ),
         (
+            "memory freed on one stream taken on another with no wait between them",
+            vec![
+                MemallocAsync {
+                    size: s(1),
+                    lane: 1,
+                },
+                Write { pick: 0, lane: 1 },
+                FreeAsync { pick: 0, lane: 1 },
+                MemallocAsync {
+                    size: s(1),
+                    lane: 2,
+                },
+                Write { pick: 0, lane: 2 },
+                FreeAsync { pick: 0, lane: 2 },
+                MemallocAsync {
+                    size: Size::One,
+                    lane: 3,
+                },
+                Write { pick: 0, lane: 3 },
+                Drop { pick: 0 },
+                MemallocAsync {
+                    size: Size::One,
+                    lane: 1,
+                },
+                FreeAsync { pick: 0, lane: 1 },
+                Memalloc { size: Size::One },
+                Verify,
+            ],
+        ),
+        (
             "host, pinned, mapped and managed memory, IPC, memory info",
             vec![
                 Memhostalloc {

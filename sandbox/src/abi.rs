@@ -1,4 +1,4 @@
-//! The plugin ABI, version [`ABI_VERSION`]: every name, signature, status code and encoding the
+//! The plugin ABI, version [`ABI_VERSION`].[`ABI_MINOR`]: every name, signature, status code and encoding the
 //! host and a guest agree on. `plugins/ABI.md` is the same contract in prose (with a `.wit`
 //! description); the guest SDK (`plugins/sdk`) mirrors these constants.
 //!
@@ -10,6 +10,12 @@
 /// The ABI version this host speaks; `emm_abi_version` must return it.
 pub const ABI_VERSION: i32 = 1;
 
+/// The minor version: additions a plugin of [`ABI_VERSION`] may use and an older plugin never
+/// sees. Minor 1 adds [`IMPORT_STREAM_ORDER`] and [`STATUS_NOT_ORDERED`]. A plugin does not
+/// report its minor version: it needs minor 1 exactly when it imports `stream_order`, which a
+/// host of minor 0 refuses at load, naming the import.
+pub const ABI_MINOR: i32 = 1;
+
 /// The module the host functions are imported from.
 pub const IMPORT_MODULE: &str = "emm";
 
@@ -20,6 +26,12 @@ pub const IMPORT_UPSTREAM_ALLOC: &str = "upstream_alloc";
 pub const IMPORT_UPSTREAM_FREE: &str = "upstream_free";
 /// `log(level: i32, ptr: i32, len: i32)`: a UTF-8 message from guest memory.
 pub const IMPORT_LOG: &str = "log";
+/// `stream_order(from: i64, to: i64) -> i32` (minor 1): makes stream `to` wait for the work
+/// queued on `from` so far, as a plugin must before it hands memory freed on `from` to `to`.
+/// [`STATUS_OK`], [`STATUS_INVALID`] for a stream that is negative or that the driver does not
+/// know, or [`STATUS_NOT_ORDERED`]. A plugin that imports it is offered streams: its manager
+/// has the stream-ordered extension.
+pub const IMPORT_STREAM_ORDER: &str = "stream_order";
 
 /// The guest's linear memory (required).
 pub const EXPORT_MEMORY: &str = "memory";
@@ -58,6 +70,10 @@ pub const STATUS_UNSUPPORTED: i32 = -2;
 pub const STATUS_INVALID: i32 = -3;
 /// `emm_free` of an allocation the guest does not know.
 pub const STATUS_UNKNOWN_ALLOCATION: i32 = -4;
+/// From `stream_order` (minor 1): the streams were not ordered (the driver failed, or the call
+/// used up `PluginLimits::max_stream_orders_per_call`); memory freed on `from` must not be
+/// handed to `to` in this call.
+pub const STATUS_NOT_ORDERED: i32 = -5;
 
 /// Bits of an [`Answer`] that hold the offset; the chunk handle sits above them.
 pub const OFFSET_BITS: u32 = 40;
@@ -117,6 +133,7 @@ pub fn status_name(status: i64) -> &'static str {
         -2 => "UNSUPPORTED",
         -3 => "INVALID",
         -4 => "UNKNOWN_ALLOCATION",
+        -5 => "NOT_ORDERED",
         _ => "not a status of ABI v1",
     }
 }
@@ -149,6 +166,7 @@ mod tests {
             None
         );
         assert_eq!(status_name(-1), "OUT_OF_MEMORY");
+        assert_eq!(status_name(-5), "NOT_ORDERED");
         assert_eq!(status_name(-99), "not a status of ABI v1");
     }
 }

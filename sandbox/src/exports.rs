@@ -72,6 +72,7 @@ pub(crate) fn check_imports(plugin: &str, module: &Module) -> Result<(), Sandbox
                 abi::IMPORT_UPSTREAM_ALLOC,
                 abi::IMPORT_UPSTREAM_FREE,
                 abi::IMPORT_LOG,
+                abi::IMPORT_STREAM_ORDER,
             ]
             .contains(&import.name());
         if !known {

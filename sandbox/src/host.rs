@@ -1,5 +1,6 @@
 //! [`HostState`]: what a plugin's store holds, and the host functions a guest imports
-//! (`emm::upstream_alloc`, `emm::upstream_free`, `emm::log`). Host functions never panic: a
+//! (`emm::upstream_alloc`, `emm::upstream_free`, `emm::log`, `emm::stream_order`). Host
+//! functions never panic: a
 //! guest that breaks a rule through them gets a trap, and the rule is recorded for the
 //! quarantine.
 
@@ -14,12 +15,14 @@ use emm_core::StreamId;
 use wasmtime::{Caller, Extern, Linker, ResourceLimiter};
 
 use crate::abi::{
-    IMPORT_LOG, IMPORT_MODULE, IMPORT_UPSTREAM_ALLOC, IMPORT_UPSTREAM_FREE, MAX_CHUNK_BYTES,
-    MAX_LOG_BYTES, STATUS_INVALID, STATUS_OK, STATUS_OUT_OF_MEMORY, STATUS_UNSUPPORTED,
+    IMPORT_LOG, IMPORT_MODULE, IMPORT_STREAM_ORDER, IMPORT_UPSTREAM_ALLOC, IMPORT_UPSTREAM_FREE,
+    MAX_CHUNK_BYTES, MAX_LOG_BYTES, STATUS_INVALID, STATUS_NOT_ORDERED, STATUS_OK,
+    STATUS_OUT_OF_MEMORY, STATUS_UNSUPPORTED,
 };
 use crate::fault::{PluginFault, Rule};
 use crate::limits::PluginLimits;
 use crate::registry::Registry;
+use crate::stream_order::{NotOrdered, StreamOrders};
 
 /// The caller tag of driver calls made for a plugin's chunks.
 pub const PLUGIN_CALLER: &str = "WasmPlugin";
@@ -64,6 +67,10 @@ pub(crate) struct HostState {
     /// The most log lines one call keeps, and the most host time it spends on them.
     max_log_lines: u32,
     max_log_time: Duration,
+    /// The most `stream_order` calls one call into the guest may make.
+    max_stream_orders: u32,
+    /// The events behind `stream_order`.
+    orders: StreamOrders,
     /// What the current call has logged, and whether the host said it dropped lines or
     /// refused a chunk.
     call: CallLog,
@@ -76,6 +83,9 @@ struct CallLog {
     time: Duration,
     dropped_noted: bool,
     chunk_cap_noted: bool,
+    /// `stream_order` calls that reached the driver (or were refused for the limit).
+    orders: u32,
+    order_failure_noted: bool,
 }
 
 impl HostState {
@@ -95,6 +105,8 @@ impl HostState {
             max_chunks: usize::try_from(limits.get_max_chunks()).unwrap_or(usize::MAX),
             max_log_lines: limits.get_max_log_lines_per_call(),
             max_log_time: limits.get_max_log_time_per_call(),
+            max_stream_orders: limits.get_max_stream_orders_per_call(),
+            orders: StreamOrders::default(),
             call: CallLog::default(),
         }
     }
@@ -197,6 +209,57 @@ impl HostState {
         }
     }
 
+    /// `stream_order(from, to)`: `to` waits for the work queued on `from` so far. Costs the
+    /// host at most two driver calls (three the first time `from` is a source), and at most
+    /// [`PluginLimits::max_stream_orders_per_call`] of them per call into the guest; past
+    /// that it answers [`STATUS_NOT_ORDERED`] without calling the driver.
+    fn stream_order(&mut self, from: i64, to: i64) -> i32 {
+        let (Ok(from_id), Ok(to_id)) = (u64::try_from(from), u64::try_from(to)) else {
+            return STATUS_INVALID;
+        };
+        if from_id == to_id {
+            return STATUS_OK;
+        }
+        if self.call.orders >= self.max_stream_orders {
+            let max = self.max_stream_orders;
+            self.note_order_failure(format!(
+                "emm: stream_order({from}, {to}) and later orderings of this call answered \
+                 NOT_ORDERED: the call made {max}, the most \
+                 PluginLimits::max_stream_orders_per_call allows"
+            ));
+            return STATUS_NOT_ORDERED;
+        }
+        self.call.orders = self.call.orders.saturating_add(1);
+        let _scope = CallerScope::enter(PLUGIN_CALLER);
+        let ordered = self
+            .orders
+            .order(self.upstream.driver(), StreamId(from_id), StreamId(to_id));
+        match ordered {
+            Ok(()) => STATUS_OK,
+            Err(NotOrdered::UnknownStream(e)) => {
+                self.note_order_failure(format!(
+                    "emm: stream_order({from}, {to}) answered INVALID: a stream the driver \
+                     does not know ({e})"
+                ));
+                STATUS_INVALID
+            }
+            Err(NotOrdered::Driver(e)) => {
+                self.note_order_failure(format!(
+                    "emm: stream_order({from}, {to}) answered NOT_ORDERED: {e}"
+                ));
+                STATUS_NOT_ORDERED
+            }
+        }
+    }
+
+    /// Logs why an ordering failed, once per call.
+    fn note_order_failure(&mut self, line: String) {
+        if !self.call.order_failure_noted {
+            self.call.order_failure_noted = true;
+            self.push_log(HOST_LINE_LEVEL, line);
+        }
+    }
+
     /// Keeps the guest's line `ptr..ptr + len` (already checked to lie in `data`) unless
     /// this call has used its log budget; cuts it at 1 KiB.
     fn guest_log(&mut self, level: i32, data: &[u8], start: usize, len: usize) {
@@ -229,6 +292,13 @@ impl HostState {
             self.logs.pop_front();
         }
         self.logs.push_back(LogLine { level, message });
+    }
+}
+
+impl Drop for HostState {
+    fn drop(&mut self) {
+        let _scope = CallerScope::enter(PLUGIN_CALLER);
+        self.orders.destroy(self.upstream.driver());
     }
 }
 
@@ -293,7 +363,7 @@ fn log(caller: &mut Caller<'_, HostState>, level: i32, ptr: i32, len: i32) -> wa
     }
 }
 
-/// A linker with the host functions of ABI v1.
+/// A linker with the host functions of ABI v1.1.
 pub(crate) fn linker(engine: &wasmtime::Engine) -> wasmtime::Result<Linker<HostState>> {
     let mut linker = Linker::new(engine);
     linker.func_wrap(
@@ -313,6 +383,13 @@ pub(crate) fn linker(engine: &wasmtime::Engine) -> wasmtime::Result<Linker<HostS
         IMPORT_LOG,
         |mut caller: Caller<'_, HostState>, level: i32, ptr: i32, len: i32| {
             log(&mut caller, level, ptr, len)
+        },
+    )?;
+    linker.func_wrap(
+        IMPORT_MODULE,
+        IMPORT_STREAM_ORDER,
+        |mut caller: Caller<'_, HostState>, from: i64, to: i64| -> i32 {
+            caller.data_mut().stream_order(from, to)
         },
     )?;
     Ok(linker)

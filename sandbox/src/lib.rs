@@ -23,7 +23,8 @@
 //!   ([`install_loader`]); the one way in, and where the gate stands.
 //! - [`gate`]: the gate: a plugin runs on a real GPU only with a passing verdict
 //!   ([`GatePolicy`], [`VerdictStore`], [`VerdictRecord`], [`GateError`]).
-//! - [`host`]: the host functions a guest imports, [`LogLine`].
+//! - [`host`]: the host functions a guest imports, [`LogLine`]; `stream_order`: the events
+//!   behind `emm::stream_order`.
 //! - `registry`: chunks and live allocations, with `chunk`, `live_map` (live allocations by
 //!   address) and `start_bitmap` (where a chunk's allocations start) behind its O(1) checks;
 //!   `instance`: one store and its calls; `ticker`: the epoch thread behind deadlines.
@@ -52,6 +53,7 @@ mod registry;
 pub mod resource;
 mod start_bitmap;
 pub mod stats;
+mod stream_order;
 mod ticker;
 
 pub use error::SandboxError;

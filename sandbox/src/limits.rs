@@ -45,6 +45,11 @@ pub const DEFAULT_MAX_LOG_LINES_PER_CALL: u32 = 16;
 /// Default most host time one call may spend keeping log lines.
 pub const DEFAULT_MAX_LOG_TIME_PER_CALL: Duration = Duration::from_millis(1);
 
+/// Default most `stream_order` calls one call into the plugin may make (later ones answer
+/// `NOT_ORDERED` without reaching the driver). A policy orders at most once per block it takes
+/// from another stream.
+pub const DEFAULT_MAX_STREAM_ORDERS_PER_CALL: u32 = 64;
+
 /// Limits a plugin runs under. Build with [`PluginLimits::default`] and the setters.
 ///
 /// # Examples
@@ -77,6 +82,7 @@ pub struct PluginLimits {
     compile_deadline: Option<Duration>,
     max_log_lines_per_call: u32,
     max_log_time_per_call: Duration,
+    max_stream_orders_per_call: u32,
 }
 
 impl Default for PluginLimits {
@@ -99,6 +105,7 @@ impl Default for PluginLimits {
             compile_deadline: Some(DEFAULT_COMPILE_DEADLINE),
             max_log_lines_per_call: DEFAULT_MAX_LOG_LINES_PER_CALL,
             max_log_time_per_call: DEFAULT_MAX_LOG_TIME_PER_CALL,
+            max_stream_orders_per_call: DEFAULT_MAX_STREAM_ORDERS_PER_CALL,
         }
     }
 }
@@ -257,6 +264,16 @@ impl PluginLimits {
         self
     }
 
+    /// The most `stream_order` calls one call into the plugin may make; later ones answer
+    /// `NOT_ORDERED` without calling the driver (one log line says so). Each ordering costs the
+    /// host two driver calls, so this bounds the host time a plugin can spend there.
+    ///
+    /// Default: `DEFAULT_MAX_STREAM_ORDERS_PER_CALL` (64).
+    pub fn max_stream_orders_per_call(mut self, orders: u32) -> Self {
+        self.max_stream_orders_per_call = orders;
+        self
+    }
+
     /// The most chunks held at once.
     pub fn get_max_chunks(&self) -> u32 {
         self.max_chunks
@@ -289,6 +306,10 @@ impl PluginLimits {
     pub fn get_max_log_time_per_call(&self) -> Duration {
         self.max_log_time_per_call
     }
+    /// The most `stream_order` calls per call.
+    pub fn get_max_stream_orders_per_call(&self) -> u32 {
+        self.max_stream_orders_per_call
+    }
 
     /// Every limit as one line of text, the same for the same limits: what a verdict
     /// records, so that it vouches for a plugin only under the limits it was checked with.
@@ -301,7 +322,7 @@ impl PluginLimits {
              max_module_bytes={} max_restarts={} pooled_instances={} max_held_bytes={} \
              max_chunks={} max_functions={} max_function_bytes={} max_code_bytes={} \
              max_locals={} compile_deadline_ns={} max_log_lines_per_call={} \
-             max_log_time_per_call_ns={}",
+             max_log_time_per_call_ns={} max_stream_orders_per_call={}",
             opt(self.fuel_per_call),
             ns(self.deadline),
             ns(Some(self.epoch_tick)),
@@ -319,6 +340,7 @@ impl PluginLimits {
             ns(self.compile_deadline),
             self.max_log_lines_per_call,
             ns(Some(self.max_log_time_per_call)),
+            self.max_stream_orders_per_call,
         )
     }
 
@@ -438,6 +460,7 @@ mod tests {
             d.clone().max_held_bytes(Some(1)),
             d.clone().deadline(None),
             d.clone().max_log_lines_per_call(1),
+            d.clone().max_stream_orders_per_call(1),
         ] {
             assert_ne!(other.fingerprint(), d.fingerprint());
         }

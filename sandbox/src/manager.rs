@@ -11,8 +11,12 @@
 //! a guest cannot lie about it.
 //!
 //! - **Thread safety**: `Send + Sync`, as the resource.
-//! - **Streams**: v1 only (`memalloc` memory is usable on every stream; its free is on the
-//!   legacy default stream); the stream-ordered extension is not offered.
+//! - **Streams**: `memalloc` memory is usable on every stream and freed on the legacy default
+//!   stream. The stream-ordered extension (`memalloc_async`, `memfree_async`) is offered only
+//!   for a plugin that imports `emm::stream_order` (ABI v1.1, [`PluginResource::orders_streams`]):
+//!   the plugin hears each request's stream and orders its own reuse across streams; the host
+//!   adds no synchronization, so `emm check` sees what the plugin does. For any other plugin it
+//!   says `Unsupported`, and every request reaches the plugin on the legacy default stream.
 //! - **Use and cost**: one `Arc` per pointer on top of the resource's cost.
 
 use std::sync::Arc;
@@ -23,7 +27,7 @@ use emm_core::contract::{
 };
 use emm_core::managers::HostOnlyManager;
 use emm_core::mr::DeviceMemoryResource;
-use emm_core::{ContextId, Driver, HostPtr};
+use emm_core::{ContextId, Driver, HostPtr, StreamId};
 
 use crate::resource::PluginResource;
 
@@ -69,6 +73,21 @@ impl PluginManager {
     /// The sandboxed resource (breaches, statistics, logs).
     pub fn resource(&self) -> &Arc<PluginResource> {
         &self.resource
+    }
+
+    /// `Ok` when the plugin orders its reuse across streams, else why `operation` is
+    /// unsupported.
+    fn stream_ordered(&self, operation: &'static str) -> EmmResult<()> {
+        if self.resource.orders_streams() {
+            return Ok(());
+        }
+        Err(EmmError::unsupported(
+            &self.name,
+            operation,
+            "the plugin does not import emm::stream_order (ABI v1.1), so it cannot order its \
+             reuse of memory across streams; use memalloc, whose memory is usable on every \
+             stream",
+        ))
     }
 
     /// Device frees the resource refused (a user's bad free) since the last call.
@@ -146,7 +165,30 @@ impl MemoryManager for PluginManager {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities::V1
+            .with_stream_ordered(self.resource.orders_streams())
             .with_managed_memory(true)
             .with_memory_info(self.resource.memory_info().is_some())
+    }
+
+    /// `size` bytes for `stream`, from a plugin that orders its reuse across streams.
+    ///
+    /// # Errors
+    ///
+    /// [`EmmError::Unsupported`] for a plugin that does not import `emm::stream_order`; then
+    /// as `memalloc`.
+    fn memalloc_async(&self, size: usize, stream: StreamId) -> EmmResult<MemoryPointer> {
+        self.stream_ordered("memalloc_async")?;
+        self.inner.memalloc_async(size, stream)
+    }
+
+    /// Frees `memory` on `stream`: the plugin hears the stream with the free.
+    ///
+    /// # Errors
+    ///
+    /// As [`PluginManager::memalloc_async`]; then as the contract says (another owner alive, a
+    /// pointer of another manager). On an error `memory` is dropped, so its finalizer frees it.
+    fn memfree_async(&self, memory: MemoryPointer, stream: StreamId) -> EmmResult<()> {
+        self.stream_ordered("memfree_async")?;
+        self.inner.memfree_async(memory, stream)
     }
 }

@@ -34,6 +34,8 @@ pub struct PluginModule {
     config: Vec<u8>,
     // The sha256 of the bytes it was compiled from (none when loaded precompiled).
     content_hash: Option<ContentHash>,
+    // Whether it imports `emm::stream_order`.
+    orders_streams: bool,
     // Advances the engine's epoch while the module lives (only with a deadline).
     _ticker: Option<Ticker>,
 }
@@ -207,6 +209,9 @@ impl PluginModule {
             ),
             None => None,
         };
+        let orders_streams = module
+            .imports()
+            .any(|i| i.module() == abi::IMPORT_MODULE && i.name() == abi::IMPORT_STREAM_ORDER);
         Ok(PluginModule {
             name: plugin,
             engine,
@@ -214,6 +219,7 @@ impl PluginModule {
             limits,
             config,
             content_hash,
+            orders_streams,
             _ticker: ticker,
         })
     }
@@ -226,6 +232,13 @@ impl PluginModule {
     /// The limits it runs under.
     pub fn limits(&self) -> &PluginLimits {
         &self.limits
+    }
+
+    /// Whether the plugin imports `emm::stream_order` (ABI v1.1): it orders its own reuse of
+    /// memory across streams, so its manager offers the stream-ordered extension and the
+    /// guest hears each request's stream. A plugin without it is used on one stream only.
+    pub fn orders_streams(&self) -> bool {
+        self.orders_streams
     }
 
     /// The config blob `emm_init` receives.

@@ -13,8 +13,13 @@
 //! - **Thread safety**: `Send + Sync`; one store behind one lock. Measured against an instance
 //!   per thread, the lock costs less than the chunk registry such instances would have to
 //!   share, and a policy sees every allocation, as a pool must (README, "Threads").
-//! - **Streams**: the stream is passed to the guest, which may keep per-stream free lists;
-//!   the host does not order reuse across streams, so managers use the legacy default stream.
+//! - **Streams**: each request's stream is passed to the guest, which may keep per-stream free
+//!   lists. The host does not order reuse across streams itself: a guest that hands memory
+//!   freed on stream A to stream B must first call `emm::stream_order(A, B)` (ABI v1.1), and
+//!   a guest that imports it says so ([`PluginResource::orders_streams`]); its manager then
+//!   offers the stream-ordered extension, and `emm check` holds it to the rule. A guest that
+//!   does not import it cannot order streams, so use its resource on one stream; its manager
+//!   does (the legacy default stream).
 //! - **Clone and ownership**: not `Clone`; share it in an `Arc`. Owns the instance, the
 //!   chunks and a handle to the upstream; dropping it returns every chunk.
 //! - **Use and cost**: a guest call plus O(1) checks under a lock: per allocation two bitmap
@@ -120,6 +125,12 @@ impl PluginResource {
     /// The limits the plugin runs under.
     pub fn limits(&self) -> &PluginLimits {
         self.module.limits()
+    }
+
+    /// Whether the plugin orders its reuse across streams (it imports `emm::stream_order`):
+    /// see [`PluginModule::orders_streams`].
+    pub fn orders_streams(&self) -> bool {
+        self.module.orders_streams()
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {

@@ -156,9 +156,16 @@ impl Sut {
             .map_err(|m| self.fail(CheckId::MemallocInDeviceMemory, m))?;
         check_memalloc_never_overlaps(&self.model, &asked, base, req.bytes)
             .map_err(|m| self.fail(req.overlap, m))?;
+        // A real cross-stream reuse: memory freed in stream order on one stream (its last use
+        // queued there, maybe still running) handed out for another. Memory freed after the
+        // host waited for it exercises nothing.
         let now = req.stream.unwrap_or(StreamId::DEFAULT);
-        if let Some(Region::Freed { stream, .. }) = self.model.reused(base.0) {
-            if stream != now {
+        if let Some(Region::Freed {
+            stream: Some(freed_on),
+            ..
+        }) = self.model.reused(base.0)
+        {
+            if freed_on != now {
                 self.coverage.cross_stream_reuses += 1;
             }
         }
@@ -385,9 +392,9 @@ impl Sut {
                 None => false,
             };
             if last {
-                let stream = self.before_free(id, None)?;
+                let freed_on = self.before_free(id, None)?;
                 if let Some(b) = self.buffers.remove(&id) {
-                    self.model.free(b.base.0, stream, self.step);
+                    self.model.free(b.base.0, freed_on, self.step);
                 }
             }
         }
@@ -401,28 +408,28 @@ impl Sut {
 
     /// Orders every use of buffer `id` before its free: on `on` (or its own stream, for
     /// stream-ordered memory), or before the host for memory freed synchronously. Returns
-    /// the stream the free is ordered on.
+    /// the stream the free is ordered on (`None`: the host waited for the last use).
     pub(super) fn before_free(
         &mut self,
         id: u32,
         on: Option<StreamId>,
-    ) -> Result<StreamId, super::Finding> {
+    ) -> Result<Option<StreamId>, super::Finding> {
         let Some(b) = self.buffers.get(&id) else {
-            return Ok(StreamId::DEFAULT);
+            return Ok(None);
         };
         let (last, alloc) = (b.last_stream, b.alloc_stream);
         match (alloc, on) {
             (Some(own), on) => {
                 let to = on.unwrap_or(own);
                 self.order(last, to, CheckId::StreamOrderedReuse)?;
-                Ok(to)
+                Ok(Some(to))
             }
             (None, _) => {
                 let _h = CallerScope::enter(HARNESS);
                 self.driver.stream_synchronize(last).map_err(|e| {
                     self.harness_error(CheckId::FinalizerRunsOnce, "synchronizing", e)
                 })?;
-                Ok(StreamId::DEFAULT)
+                Ok(None)
             }
         }
     }

@@ -9,3 +9,4 @@ mod stress;
 mod sweep;
 mod zoo;
 mod zoo_is_caught;
+mod zoo_streams;

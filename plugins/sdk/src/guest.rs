@@ -14,6 +14,8 @@ extern "C" {
     fn host_upstream_free(handle: i32) -> i32;
     #[link_name = "log"]
     fn host_log(level: i32, ptr: i32, len: i32);
+    #[link_name = "stream_order"]
+    fn host_stream_order(from: i64, to: i64) -> i32;
 }
 
 #[global_allocator]
@@ -80,6 +82,14 @@ impl Upstream for Host {
             abi::STATUS_OK => Ok(()),
             s => Err(Error::from_status(s)),
         }
+    }
+
+    fn order_streams(&mut self, from: u64, to: u64) -> bool {
+        let (Ok(f), Ok(t)) = (i64::try_from(from), i64::try_from(to)) else {
+            return false;
+        };
+        // SAFETY: a host import taking plain numbers.
+        unsafe { host_stream_order(f, t) == abi::STATUS_OK }
     }
 
     fn log(&mut self, level: Level, message: &str) {

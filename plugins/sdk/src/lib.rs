@@ -22,7 +22,7 @@
 //! ```
 //!
 //! Modules:
-//! - [`abi`]: names, status codes and the answer encoding of ABI v1 (the host's `abi.rs`).
+//! - [`abi`]: names, status codes and the answer encoding of ABI v1.1 (the host's `abi.rs`).
 //! - [`config`]: [`Config`], the `key=value` blob `emm_init` receives.
 //! - `guest` (wasm32 only): the host imports, the policy's slot, the heap and the panic
 //!   handler that `export_plugin!` uses.
@@ -167,6 +167,18 @@ pub trait Upstream {
     ///
     /// [`Error::Invalid`] for a handle the policy does not hold.
     fn free_chunk(&mut self, handle: u32) -> Result<(), Error>;
+    /// Makes stream `to` wait for the work queued on stream `from` so far: what a policy must
+    /// do before it hands memory freed on `from` to a request on `to` (the stream-ordered
+    /// rule). `true` once they are ordered (at once when `from == to`); `false` when the host
+    /// could not order them (a stream it does not know, a driver failure, its limit of
+    /// orderings per call): then hand `to` other memory. Calling it makes the plugin import
+    /// `emm::stream_order` (ABI v1.1), and only such a plugin is offered streams: its manager
+    /// has the stream-ordered extension. The default, for a native upstream with no GPU,
+    /// orders nothing and says `false`.
+    fn order_streams(&mut self, from: u64, to: u64) -> bool {
+        let _ = (from, to);
+        false
+    }
     /// Logs `message` at `level`.
     fn log(&mut self, level: Level, message: &str) {
         let _ = (level, message);

@@ -4,6 +4,11 @@
 //! free (at the end of a `defer_cleanup` scope when one is open). Each class keeps one empty slab; more go back upstream unless a `defer_cleanup`
 //! scope is open (then they go at its end).
 //!
+//! Streams: each free slot remembers the stream it was freed on. A slot goes to a request on
+//! another stream only after `Upstream::order_streams` made that stream wait for the one it was
+//! freed on (RMM's stream-ordered rule); when the host cannot order them the request gets a
+//! fresh slab instead.
+//!
 //! Config: `slab_bytes` (default 2 MiB; a slab holds at least 16 slots).
 //!
 //! # Time complexity
@@ -30,6 +35,8 @@ pub const DEFAULT_SLAB_BYTES: u64 = 2 << 20;
 const CLASSES: usize = 13;
 /// Fewest slots a slab holds.
 const MIN_SLOTS: u64 = 16;
+/// The stream of a slot never handed out: usable on any stream at once.
+const FRESH: u64 = u64::MAX;
 
 /// What a chunk is used for, indexed by handle − 1.
 #[derive(Debug, Clone)]
@@ -39,6 +46,8 @@ enum Use {
         class: usize,
         slots: Vec<u32>,
         capacity: u32,
+        /// By slot: the stream it was last freed on ([`FRESH`]: never handed out).
+        freed_on: Vec<u64>,
     },
     Large {
         size: u64,
@@ -117,14 +126,28 @@ impl Slab {
         Ok(chunk.handle)
     }
 
-    fn alloc_small<U: Upstream>(&mut self, up: &mut U, class: usize) -> Result<Answer, Error> {
+    fn alloc_small<U: Upstream>(
+        &mut self,
+        up: &mut U,
+        class: usize,
+        stream: u64,
+    ) -> Result<Answer, Error> {
         while let Some(&handle) = self.partial[class].last() {
             if let Some(Use::Slab {
-                class: c, slots, ..
+                class: c,
+                slots,
+                freed_on,
+                ..
             }) = slot_of(&mut self.chunks, handle)
             {
                 if *c == class {
                     if let Some(slot) = slots.pop() {
+                        let from = freed_on.get(slot as usize).copied().unwrap_or(FRESH);
+                        if from != FRESH && from != stream && !up.order_streams(from, stream) {
+                            // Not ordered: the slot stays free, the request gets a new slab.
+                            slots.push(slot);
+                            break;
+                        }
                         if slots.is_empty() {
                             self.partial[class].pop();
                         }
@@ -151,6 +174,7 @@ impl Slab {
                 class,
                 slots,
                 capacity,
+                freed_on: alloc::vec![FRESH; capacity as usize],
             },
         );
         self.partial[class].push(handle);
@@ -194,6 +218,7 @@ impl Slab {
                     class: c,
                     slots,
                     capacity,
+                    ..
                 } if slots.len() as u32 == *capacity && class.is_none_or(|k| k == *c) => {
                     Some((i as u32 + 1, u64::from(*capacity) * class_bytes(*c)))
                 }
@@ -215,7 +240,7 @@ impl Policy for Slab {
             return Err(Error::Unsupported);
         }
         if let Some(class) = class_of(req.size) {
-            return self.alloc_small(up, class);
+            return self.alloc_small(up, class, req.stream);
         }
         let size = checked_round_up(req.size, GRANULE).ok_or(Error::OutOfMemory)?;
         let handle = self.chunk(up, size)?;
@@ -231,7 +256,7 @@ impl Policy for Slab {
         up: &mut U,
         answer: Answer,
         _size: u64,
-        _stream: u64,
+        stream: u64,
     ) -> Result<(), Error> {
         let deferring = self.deferring;
         match slot_of(&mut self.chunks, answer.chunk) {
@@ -248,10 +273,14 @@ impl Policy for Slab {
                 class,
                 slots,
                 capacity,
+                freed_on,
             }) => {
                 let class = *class;
                 let slot = u32::try_from(answer.offset / class_bytes(class))
                     .map_err(|_| Error::Invalid)?;
+                *freed_on
+                    .get_mut(slot as usize)
+                    .ok_or(Error::UnknownAllocation)? = stream;
                 let was_full = slots.is_empty();
                 slots.push(slot);
                 let now_empty = slots.len() as u32 == *capacity;

@@ -5,3 +5,4 @@ mod common;
 mod examples;
 mod gate;
 mod hostile;
+mod stream_order;

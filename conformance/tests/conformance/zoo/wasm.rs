@@ -58,3 +58,30 @@ impl WasmBug {
         Sandboxed(PluginFactory::new(Arc::new(module)))
     }
 }
+
+const STREAMS: &str = include_str!("wasm/streams.wat");
+
+/// How the per-stream caching policy (`wasm/streams.wat`) takes a block freed on another
+/// stream (its number is the WAT's `$bug`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamSteal {
+    /// The control: `emm::stream_order(freed on, requested on)` first, and only when it
+    /// answers 0.
+    Ordered = 0,
+    /// Without ordering.
+    Unordered = 1,
+    /// Without ordering for the smallest class (256 B), ordered for the others.
+    UnorderedWhenSmall = 2,
+}
+
+impl StreamSteal {
+    /// A sandbox factory for the policy that steals this way, loaded from its text under the
+    /// default limits, whose statistics the suite reads.
+    pub fn factory(self) -> Sandboxed {
+        let name = format!("zoo-streams-{self:?}");
+        let text = STREAMS.replace("(i32.const BUG)", &format!("(i32.const {})", self as i32));
+        let module = PluginModule::from_wat(&name, &text, PluginLimits::default(), Vec::new())
+            .unwrap_or_else(|e| panic!("the zoo's WAT does not load: {e}"));
+        Sandboxed(PluginFactory::new(Arc::new(module)))
+    }
+}

@@ -84,6 +84,12 @@ pub enum ReplayError {
         /// What is wrong.
         reason: String,
     },
+    /// A PyTorch memory snapshot that cannot be read as one.
+    #[error("cannot read the PyTorch memory snapshot: {reason}")]
+    Snapshot {
+        /// What is wrong, and what to do.
+        reason: String,
+    },
     /// Setting up or tearing down the replay (streams, events) failed in the driver.
     #[error("replay: {0}")]
     Driver(#[from] DriverError),

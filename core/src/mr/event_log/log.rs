@@ -13,6 +13,7 @@ use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 
 use crate::mr::event_log::event::{digits, hex};
+use crate::mr::event_log::torch_snapshot;
 use crate::mr::event_log::{LogAction, LogEvent, ReplayError, TimeOfDay, HEADER};
 use crate::units::Bytes;
 
@@ -105,11 +106,14 @@ impl EventLog {
         EventLog::parse(log.as_bytes())
     }
 
-    /// Reads and parses the log file at `path`.
+    /// Reads and parses the log file at `path`: an RMM-format CSV log, or a PyTorch memory
+    /// snapshot (a pickle, plain or gzip-compressed, as `torch.cuda.memory._dump_snapshot`
+    /// writes it; its first device with a trace), told apart by their first bytes.
     ///
     /// # Errors
     ///
-    /// As [`EventLog::parse`]; [`ReplayError::Io`] at line 0 when the file cannot be opened.
+    /// As [`EventLog::parse`] or [`torch_snapshot::read_snapshot`]; [`ReplayError::Io`] at
+    /// line 0 when the file cannot be opened.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self, ReplayError> {
         let path = path.as_ref();
         let file = File::open(path).map_err(|e| ReplayError::Io {
@@ -119,7 +123,15 @@ impl EventLog {
                 format!("cannot open the memory event log {}: {e}", path.display()),
             ),
         })?;
-        EventLog::parse(BufReader::new(file))
+        let mut reader = BufReader::new(file);
+        let head = reader
+            .fill_buf()
+            .map_err(|source| ReplayError::Io { line: 0, source })?;
+        if torch_snapshot::looks_like_snapshot(head) {
+            torch_snapshot::read_snapshot(reader, None)
+        } else {
+            EventLog::parse(reader)
+        }
     }
 
     /// The events, in log order.

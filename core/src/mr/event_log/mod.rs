@@ -1,10 +1,13 @@
 //! RMM's memory event log: the CSV format RMM's `logging_resource_adaptor` and emm's
-//! [`LoggingAdaptor`](crate::mr::adaptor::LoggingAdaptor) write, and its strict parser. The
+//! [`LoggingAdaptor`](crate::mr::adaptor::LoggingAdaptor) write, its strict parser, and
+//! PyTorch memory snapshots read as the same events. The
 //! replay of a log against a resource (`emm replay`) is `emm_bench::replay`, over these types.
 //!
 //! Modules:
 //! - [`event`]: [`LogEvent`], one line of the log, its [`LogAction`] and the [`HEADER`].
 //! - [`log`]: [`EventLog`], strict parsing with line-numbered errors, and [`LogSummary`].
+//! - [`torch_snapshot`]: PyTorch memory snapshots (`torch.cuda.memory._dump_snapshot`) read as
+//!   event logs ([`EventLog::from_file`] tells the two formats apart).
 //! - [`error`]: the error type of reading and replaying a log, [`ReplayError`].
 //!
 //! # Examples
@@ -25,6 +28,7 @@
 pub mod error;
 pub mod event;
 pub mod log;
+pub mod torch_snapshot;
 
 pub use error::ReplayError;
 pub use event::{LogAction, LogEvent, TimeOfDay, HEADER, MICROS_PER_DAY};
