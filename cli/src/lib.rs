@@ -11,7 +11,7 @@
 //! - [`check`]: `emm check <plugin>`.
 //! - [`list`]: `emm list`.
 //! - [`replay`]: `emm replay <log.csv>`.
-//! - [`bench`]: `emm bench`; [`bench_threads`] its many-threads mode, [`bench_report`] its
+//! - [`bench`](mod@bench): `emm bench`; [`bench_threads`] its many-threads mode, [`bench_report`] its
 //!   `--report` folder (extra measurements in [`bench_measure`], the peers' figures in
 //!   [`bench_peers`], JSON, markdown and SVG charts).
 //! - [`sweep`]: `emm sweep`.
