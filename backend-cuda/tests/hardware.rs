@@ -4,9 +4,7 @@
 
 use std::sync::Arc;
 
-use emm_core::mr::bench::{self, BenchConfig};
-use emm_core::mr::{Backing, CudaResource, DeviceMemoryResource, PoolOptions, PoolResource};
-use emm_core::workloads;
+use emm_core::mr::{Backing, CudaResource, DeviceMemoryResource, PoolResource};
 use emm_core::{Advice, CudaCode, DeviceId, DevicePtr, Driver, HostAllocFlags, Location, StreamId};
 use emm_cuda::CudaDriver;
 use emm_sim::{SimConfig, SimDriver, GIB};
@@ -453,40 +451,6 @@ fn an_expandable_pool_keeps_bytes_across_granules() {
     expandable_pool_check(Arc::new(sim()));
     if let Ok(gpu) = CudaDriver::new() {
         expandable_pool_check(Arc::new(gpu));
-    }
-}
-
-/// The pool on W1, W2, W3 with each backing, by the harness of `cargo bench -p emm-core
-/// --bench resources`: one JSON line per run. Run on a GPU with
-/// `cargo test -p emm-cuda --release --test hardware -- --ignored --nocapture pool_workloads`.
-#[test]
-#[ignore = "a timing: run it on a GPU with --ignored --nocapture"]
-fn pool_workloads() {
-    let Ok(gpu) = CudaDriver::new() else {
-        eprintln!("no GPU here");
-        return;
-    };
-    let d = Arc::new(gpu);
-    for w in [workloads::w1(), workloads::w2(), workloads::w3()] {
-        for (label, backing) in [
-            ("pool", Backing::Expandable),
-            ("pool(chunks)", Backing::Chunks),
-        ] {
-            let r = bench::run(
-                &*d,
-                || {
-                    PoolResource::with_options(
-                        CudaResource::<CudaDriver>::new(Arc::clone(&d)),
-                        PoolOptions::default().backing(backing),
-                    )
-                },
-                label,
-                &w,
-                &BenchConfig::default(),
-            )
-            .unwrap();
-            println!("{}  held/peak live {:.3}", r.to_json(), r.held_over_live());
-        }
     }
 }
 

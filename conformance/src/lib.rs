@@ -28,24 +28,22 @@
 //! - [`backend`]: [`Backend`] and [`Observes`]: where cases run and what is seen there.
 //! - [`sim_backend`]: [`SimBackend`], the simulated GPU.
 //! - [`cuda_backend`]: [`CudaBackend`], the real GPU.
-//! - [`cli`]: the `emm` command-line tool's subcommands.
+//! - [`resolve`]: [`resolve_plugin`]: a built-in manager's name or a `.wasm` plugin's path.
 //! - [`verdict`]: a run's verdict as a record of the gate's store ([`emm_sandbox::gate`]).
-//! - [`charts`]: SVG charts of benchmark results (plotters).
 //! - [`sweep`]: the fault-injection sweep (`emm sweep`).
 //! - [`stress`]: concurrency stress with seeded op lists and a replayable order.
 //! - [`soak`]: random workloads for a set time with faults and quarantines (`emm soak`).
 
 pub mod assertions;
 pub mod backend;
-pub mod charts;
 pub mod checks;
-pub mod cli;
 pub mod config;
 pub mod coverage;
 pub mod cuda_backend;
 pub mod model;
 pub mod replay;
 pub mod report;
+pub mod resolve;
 pub mod runner;
 pub mod sandboxed;
 pub mod sim_backend;
@@ -62,6 +60,7 @@ pub use checks::{CheckId, CHECKS};
 pub use config::Config;
 pub use cuda_backend::CudaBackend;
 pub use report::Report;
+pub use resolve::resolve_plugin;
 pub use runner::check;
 pub use sim_backend::SimBackend;
 pub use transition::{Op, Size};

@@ -1,11 +1,11 @@
-//! The RMM CSV log parser (`core/src/mr/replay/`) on arbitrary bytes: it never panics, and a
+//! The RMM CSV log parser (`core/src/mr/event_log/`) on arbitrary bytes: it never panics, and a
 //! log it accepts replays against `cuMemAlloc` memory on the simulated GPU without panicking,
 //! leaving nothing held once the replay has freed what the log leaked.
 #![no_main]
 
 use std::sync::Arc;
 
-use emm_core::mr::replay::{replay, EventLog, ReplayOptions};
+use emm_bench::replay::{replay, EventLog, ReplayOptions};
 use emm_core::mr::CudaResource;
 use emm_sim::{SimConfig, SimDriver, GIB};
 use libfuzzer_sys::fuzz_target;

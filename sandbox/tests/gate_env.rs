@@ -2,6 +2,7 @@
 //! policy taken from the environment (`EMM_VERDICT_DIR`, `EMM_GATE_MIN_DEPTH`, `EMM_GATE`).
 //! One test in its own binary, because it sets process-wide variables.
 
+#[path = "sandbox/common/mod.rs"]
 mod common;
 
 use std::sync::Arc;

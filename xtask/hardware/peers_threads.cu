@@ -2,7 +2,7 @@
 // each of N threads replays its own copy of an op list (the peers' gen_ops files), on its own
 // non-blocking stream ("own") or all on the legacy default stream ("shared").
 //
-// Protocol (the same as emm_core::mr::bench_threads): threads start together at a barrier;
+// Protocol (the same as emm_bench::threads): threads start together at a barrier;
 // one untimed warm-up round; three timed rounds (each thread replays its list enough times to
 // reach ROUND_OPS operations, default a million), wall clock from the first thread's start to
 // the last thread's end plus a device synchronize, median round -> operations per second, all threads together; then one
@@ -141,7 +141,7 @@ static double round_of(Alloc& a, const Ops& ops, const std::vector<cudaStream_t>
 }
 
 // One cell: throughput on one allocator, then memory held on a fresh one (so that what it
-// holds comes from the measured round alone), as emm_core::mr::bench_threads does.
+// holds comes from the measured round alone), as emm_bench::threads does.
 template <class Make>
 static void bench(const std::string& label, Make make, const Ops& ops, int threads, bool shared,
                   size_t round_ops)

@@ -15,7 +15,7 @@ use crate::{Failure, Outcome};
     dead_code,
     reason = "only the clap::Command is used here; emm reads the parsed fields"
 )]
-#[path = "../../conformance/src/cli/args.rs"]
+#[path = "../../cli/src/args.rs"]
 mod args;
 
 /// The name the completions complete and the man pages document.

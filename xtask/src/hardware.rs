@@ -266,14 +266,7 @@ fn bundle(args: &HardwareArgs) -> Result<PathBuf, Failure> {
     wasm()?;
     run(
         "hardware: emm",
-        cargo([
-            "build",
-            "--release",
-            "-p",
-            "emm-conformance",
-            "--bin",
-            "emm",
-        ]),
+        cargo(["build", "--release", "-p", "emm-cli", "--bin", "emm"]),
     )?;
     run(
         "hardware: host_floor (what the host's CPU charges the fast path)",
@@ -281,7 +274,7 @@ fn bundle(args: &HardwareArgs) -> Result<PathBuf, Failure> {
             "build",
             "--release",
             "-p",
-            "emm-core",
+            "emm-bench",
             "--example",
             "host_floor",
         ]),

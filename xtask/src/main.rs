@@ -325,7 +325,7 @@ fn demo(args: &[OsString]) -> Result<(), Failure> {
             "--release",
             "--quiet",
             "-p",
-            "emm-conformance",
+            "emm-cli",
             "--bin",
             "emm",
         ]),

@@ -74,7 +74,7 @@ pub fn soak(args: &[OsString]) -> Result<(), Failure> {
         "--release",
         "-q",
         "-p",
-        "emm-conformance",
+        "emm-cli",
         "--bin",
         "emm",
         "--",

@@ -63,7 +63,7 @@ pub fn subjects(plugins: &[String]) -> Result<Vec<Subject>, String> {
     emm_sandbox::install_loader();
     let mut out = Vec::new();
     for name in manager_names().into_iter().chain(plugins.iter().cloned()) {
-        let factory = crate::cli::resolve_plugin(&name)?;
+        let factory = crate::resolve_plugin(&name)?;
         out.push(Subject { name, factory });
     }
     Ok(out)

@@ -234,7 +234,7 @@ impl<R: DeviceMemoryResource + 'static, D: Driver + ?Sized> MemoryManager
     fn memalloc(&self, size: usize) -> EmmResult<MemoryPointer> {
         let p = self.allocate("memalloc", size, StreamId::DEFAULT, false)?;
         if self.sync_memalloc {
-            // Found by the concurrency stress (conformance/tests/stress.rs): without this, a
+            // Found by the concurrency stress (conformance/tests/conformance/stress.rs): without this, a
             // non-blocking stream using the memory raced with its cuMemAllocAsync on the
             // legacy default stream, which orders nothing with non-blocking streams. On
             // failure `p` is dropped, which frees it.
@@ -275,7 +275,7 @@ impl<R: DeviceMemoryResource + 'static, D: Driver + ?Sized> MemoryManager
         }
         // `None` is also what a driver-backed resource says when cuMemGetInfo fails: ask the
         // driver, so that its failure is reported as what it is and not as "unsupported"
-        // (found by the fault sweep; regression test in core/tests/reliability.rs).
+        // (found by the fault sweep; regression test in core/tests/core/reliability.rs).
         r.driver().mem_get_info()?;
         r.memory_info().map(MemoryInfo::from).ok_or_else(|| {
             EmmError::unsupported(

@@ -99,7 +99,7 @@ impl<D: Driver + ?Sized> HostSide<D> {
         let available = self.driver.mem_get_info().ok().map(|i| i.free);
         // With the bytes free, the driver's out of memory is about something else (address
         // space, a limit, an injected fault): keep its reason rather than say "out of memory:
-        // requested 300 KiB, 8.0 GiB free" (found by the soak; core/tests/reliability.rs).
+        // requested 300 KiB, 8.0 GiB free" (found by the soak; core/tests/core/reliability.rs).
         if available.is_some_and(|free| free >= requested as u64) {
             return EmmError::Driver(e);
         }

@@ -27,12 +27,11 @@
 
 pub mod adaptor;
 pub mod arena;
-pub mod bench;
-pub mod bench_threads;
 pub mod binning;
 pub mod cuda;
 pub mod cuda_async;
 pub(crate) mod detail;
+pub mod event_log;
 pub mod fixed_size;
 pub mod local;
 pub mod managed;
@@ -40,7 +39,6 @@ pub mod named;
 pub mod pinned_host;
 pub mod pool;
 pub mod pool_options;
-pub mod replay;
 pub mod sharded_pool;
 
 pub use adaptor::{

@@ -1,5 +1,5 @@
 //! [`LoggingAdaptor`]: RMM's CSV memory event log of every allocation and free (RMM's
-//! `logging_resource_adaptor`), the input of [`crate::mr::replay`].
+//! `logging_resource_adaptor`), in the format of [`crate::mr::event_log`].
 //!
 //! - **What it does**: writes the header `Thread,Time,Action,Pointer,Size,Stream`, then one
 //!   line per call: `allocate` after the upstream returned memory, `allocate failure` (pointer
@@ -35,7 +35,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::driver::{DevicePtr, Driver, MemInfo, StreamId};
 use crate::mr::adaptor::lock;
-use crate::mr::replay::{LogAction, LogEvent, HEADER, MICROS_PER_DAY};
+use crate::mr::event_log::{LogAction, LogEvent, HEADER, MICROS_PER_DAY};
 use crate::mr::{assert_resource, DeviceMemoryResource, MrResult};
 
 /// Where log times come from: the time since the Unix epoch (UTC). Replaceable for tests.

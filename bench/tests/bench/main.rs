@@ -1,0 +1,7 @@
+//! emm-bench's integration tests, one module per topic, in one test binary.
+
+mod adaptor_chain;
+mod adaptor_replay;
+mod bench_harness;
+mod pool_workloads;
+mod sharded_pool;
