@@ -28,14 +28,14 @@ use crate::contract::{
     PendingDeallocsConfig, PinOwner, INTERFACE_VERSION,
 };
 use crate::driver::{ContextId, Driver, HostPtr, StreamId};
-use crate::managers::host_side::HostSide;
+use crate::managers::manager_base::ManagerBase;
 
 /// The name `DefaultManager` goes by in the registry and in `EMM_MEMORY_MANAGER`.
 pub const DEFAULT_MANAGER_NAME: &str = "default";
 
 /// Numba's default memory manager: direct driver allocation, deferred deallocation.
 pub struct DefaultManager<D: Driver + ?Sized = dyn Driver> {
-    host: HostSide<D>,
+    host: ManagerBase<D>,
 }
 
 impl<D: Driver + ?Sized> DefaultManager<D> {
@@ -51,7 +51,7 @@ impl<D: Driver + ?Sized> DefaultManager<D> {
     /// A manager for `context` whose queue flushes as `config` says.
     pub fn with_config(driver: Arc<D>, context: ContextId, config: PendingDeallocsConfig) -> Self {
         DefaultManager {
-            host: HostSide::new(driver, context, Self::TAG, config),
+            host: ManagerBase::new(driver, context, Self::TAG, config),
         }
     }
 

@@ -32,7 +32,7 @@ use crate::contract::{
     PendingDeallocsConfig, PinOwner, INTERFACE_VERSION,
 };
 use crate::driver::{ContextId, Driver, HostPtr, StreamId};
-use crate::managers::host_side::HostSide;
+use crate::managers::manager_base::ManagerBase;
 use crate::mr::{DeviceMemoryResource, MrError};
 
 type ResetHook = Box<dyn Fn() -> EmmResult<()> + Send + Sync>;
@@ -70,7 +70,7 @@ impl<R: DeviceMemoryResource> DeallocSink for ResourceSink<R> {
 
 /// The host side of the contract over a device memory resource `R`.
 pub struct HostOnlyManager<R: DeviceMemoryResource, D: Driver + ?Sized = dyn Driver> {
-    host: HostSide<D>,
+    host: ManagerBase<D>,
     device: Arc<ResourceSink<R>>,
     device_sink: Arc<dyn DeallocSink>,
     on_reset: Option<ResetHook>,
@@ -104,7 +104,7 @@ impl<R: DeviceMemoryResource + 'static, D: Driver + ?Sized> HostOnlyManager<R, D
         });
         let device_sink: Arc<dyn DeallocSink> = device.clone();
         HostOnlyManager {
-            host: HostSide::new(driver, context, Self::TAG, config),
+            host: ManagerBase::new(driver, context, Self::TAG, config),
             device,
             device_sink,
             on_reset: None,

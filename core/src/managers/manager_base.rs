@@ -14,7 +14,7 @@ use crate::driver::{ContextId, DevicePtr, Driver, HostAllocFlags, HostPtr};
 use crate::error::{DriverError, DriverResult};
 
 /// The host side of a manager (the seed's `HostOnlyCUDAMemoryManager` without `memalloc`).
-pub(crate) struct HostSide<D: Driver + ?Sized> {
+pub(crate) struct ManagerBase<D: Driver + ?Sized> {
     pub(crate) driver: Arc<D>,
     pub(crate) context: ContextId,
     pub(crate) tag: &'static str,
@@ -24,7 +24,7 @@ pub(crate) struct HostSide<D: Driver + ?Sized> {
     source_info: OnceLock<SourceInfo>,
 }
 
-impl<D: Driver + ?Sized> HostSide<D> {
+impl<D: Driver + ?Sized> ManagerBase<D> {
     pub(crate) fn new(
         driver: Arc<D>,
         context: ContextId,
@@ -34,7 +34,7 @@ impl<D: Driver + ?Sized> HostSide<D> {
         let pending = Arc::new(PendingDeallocs::new(Arc::clone(&driver), tag, config));
         pending.set_context(context);
         let sink: Arc<dyn DeallocSink> = pending.clone();
-        HostSide {
+        ManagerBase {
             driver,
             context,
             tag,
@@ -305,7 +305,7 @@ impl<D: Driver + ?Sized> HostSide<D> {
     }
 }
 
-impl<D: Driver + ?Sized> Drop for HostSide<D> {
+impl<D: Driver + ?Sized> Drop for ManagerBase<D> {
     fn drop(&mut self) {
         // Memory still held by users is freed by its finalizers, at once from now on.
         let _ = self.pending.close();
