@@ -1,5 +1,8 @@
-//! The host side every built-in manager shares: `memhostalloc`, `mempin`, `memallocmanaged`,
-//! their pending deallocations, and Numba's out-of-memory flush-and-retry.
+//! [`ManagerBase`]: what every built-in manager shares, whatever gives it device memory: the
+//! driver and context, initialization, `memhostalloc`, `mempin`, `memallocmanaged`, IPC
+//! handles, the pending deallocations, and Numba's out-of-memory flush-and-retry.
+//! [`manager_base_methods!`] writes the [`MemoryManager`](crate::contract::MemoryManager) calls
+//! that only forward to it, once for every manager.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -13,7 +16,11 @@ use crate::contract::{
 use crate::driver::{ContextId, DevicePtr, Driver, HostAllocFlags, HostPtr};
 use crate::error::{DriverError, DriverResult};
 
-/// The host side of a manager (the seed's `HostOnlyCUDAMemoryManager` without `memalloc`).
+/// The part of a manager that does not depend on where its device memory comes from (Numba's
+/// `HostOnlyCUDAMemoryManager` without `memalloc`).
+///
+/// Invariants: `pending` runs its deallocations in `context`; `sink` is `pending` seen as a
+/// [`DeallocSink`]; the byte threshold of `pending` is set once, by the first `initialize`.
 pub(crate) struct ManagerBase<D: Driver + ?Sized> {
     pub(crate) driver: Arc<D>,
     pub(crate) context: ContextId,
@@ -311,3 +318,40 @@ impl<D: Driver + ?Sized> Drop for ManagerBase<D> {
         let _ = self.pending.close();
     }
 }
+
+/// The [`MemoryManager`](crate::contract::MemoryManager) calls that every built-in manager
+/// passes to its [`ManagerBase`] (a field named `base`) unchanged: `initialize`,
+/// `memhostalloc`, `mempin` and `memallocmanaged`. Used inside the manager's
+/// `impl MemoryManager`.
+macro_rules! manager_base_methods {
+    () => {
+        fn initialize(&self) -> EmmResult<()> {
+            self.base.initialize()
+        }
+
+        fn memhostalloc(
+            &self,
+            size: usize,
+            mapped: bool,
+            portable: bool,
+            wc: bool,
+        ) -> EmmResult<HostMemory> {
+            self.base.memhostalloc(size, mapped, portable, wc)
+        }
+
+        fn mempin(
+            &self,
+            owner: Option<PinOwner>,
+            ptr: HostPtr,
+            size: usize,
+            mapped: bool,
+        ) -> EmmResult<HostMemory> {
+            self.base.mempin(owner, ptr, size, mapped)
+        }
+
+        fn memallocmanaged(&self, size: usize, attach_global: bool) -> EmmResult<ManagedMemory> {
+            self.base.memallocmanaged(size, attach_global)
+        }
+    };
+}
+pub(crate) use manager_base_methods;
