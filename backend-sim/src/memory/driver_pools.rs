@@ -1,0 +1,254 @@
+//! Stream-ordered allocation from driver memory pools (`cuMemAllocAsync`, `cuMemFreeAsync`,
+//! `cuMemPoolCreate`): free blocks kept per pool, reused on the freeing stream at once and on
+//! another stream once it is ordered after the free, released above the pool's threshold.
+
+use emm_core::{CudaCode, DriverResult, StreamId};
+
+use crate::state::{round_up, FreeBlock, Kind, State, Who};
+
+use super::Region;
+
+impl State {
+    pub(crate) fn pool(&self, pool: u64) -> DriverResult<()> {
+        match self.pools.get(&pool) {
+            Some(pl) if !pl.destroyed => Ok(()),
+            _ => Err(self.err(
+                CudaCode::INVALID_VALUE,
+                format!("mempool:{pool} is not a live memory pool"),
+            )),
+        }
+    }
+
+    /// `cuMemAllocFromPoolAsync`: reuses a free block the stream is ordered after, or reserves
+    /// new memory from the device.
+    pub(crate) fn alloc_from_pool(
+        &mut self,
+        p: u32,
+        size: usize,
+        pool: u64,
+        stream: StreamId,
+    ) -> DriverResult<u64> {
+        let size = size as u64;
+        let s = self.stream(p, stream)?;
+        self.pool(pool)?;
+        if size == 0 {
+            return Err(self.zero_size());
+        }
+        let device = self.pools[&pool].device;
+        if self.streams[&s].device != device {
+            return Err(self.err(
+                CudaCode::INVALID_VALUE,
+                format!(
+                    "{stream} is on device {} but mempool:{pool} on device {device}",
+                    self.streams[&s].device
+                ),
+            ));
+        }
+        self.charge(p, self.cfg.costs.alloc_async_ns);
+        let reserved =
+            round_up(size, self.cfg.granularity).ok_or_else(|| self.oom(device, size, 0))?;
+        let (actor, clock) = {
+            let st = &self.streams[&s];
+            (st.actor, &st.clock)
+        };
+        let pl = &self.pools[&pool];
+        let races = self.cfg.track_races;
+        let reuse = pl
+            .free
+            .range((reserved, 0)..)
+            .take_while(|((sz, _), _)| *sz <= reserved.saturating_mul(2))
+            .find(|(_, fb)| {
+                fb.freed_on
+                    .is_none_or(|(a, e)| !races || a == actor || clock.has_seen(a, e))
+            })
+            .map(|(k, _)| *k);
+        let (block_size, base) = match reuse {
+            Some(key) => {
+                self.pools
+                    .get_mut(&pool)
+                    .expect("checked")
+                    .free
+                    .remove(&key);
+                key
+            }
+            None => {
+                if let Err(avail) = self.reserve_device(device, reserved) {
+                    return Err(self.oom(device, size, avail));
+                }
+                let base = match self.take_va(Region::Device(device), reserved) {
+                    Ok(b) => b,
+                    Err(e) => {
+                        self.devices[device as usize].used -= reserved;
+                        return Err(e);
+                    }
+                };
+                self.pools.get_mut(&pool).expect("checked").reserved += reserved;
+                self.charge(p, self.cfg.costs.alloc_ns(size));
+                (reserved, base)
+            }
+        };
+        self.pools.get_mut(&pool).expect("checked").used += block_size;
+        self.insert_alloc(base, size, block_size, Kind::PoolBlock { device, pool }, p);
+        // The allocation happens in stream order: until another stream (or the host) is ordered
+        // after it, the memory may not even be mapped there (a real GPU faults).
+        let (actor, epoch) = self.enqueue(p, s, 0);
+        self.check_races(
+            base,
+            base,
+            base + size,
+            actor,
+            epoch,
+            true,
+            "cuMemAllocAsync",
+            Who::Stream(s),
+        );
+        Ok(base)
+    }
+
+    /// `cuMemFreeAsync`: the block returns to its pool, reusable on `stream` at once and on
+    /// other streams once they are ordered after this point.
+    pub(crate) fn mem_free_async(
+        &mut self,
+        p: u32,
+        addr: u64,
+        stream: StreamId,
+    ) -> DriverResult<()> {
+        let s = self.stream(p, stream)?;
+        let pool = match self.allocs.get(&addr) {
+            Some(a) if a.process == p => match a.kind {
+                Kind::PoolBlock { pool, .. } => pool,
+                Kind::Device { .. } | Kind::Managed(_) => {
+                    // CUDA accepts cuMemAlloc'd memory here and frees it synchronously.
+                    self.host_wait_stream(p, s);
+                    return self.mem_free(p, addr);
+                }
+                _ => return Err(self.bad_free(p, addr, "stream-ordered device memory")),
+            },
+            _ => return Err(self.bad_free(p, addr, "stream-ordered device memory")),
+        };
+        self.charge(p, self.cfg.costs.alloc_async_ns);
+        let (size, reserved) = (self.allocs[&addr].size, self.allocs[&addr].reserved);
+        // The free is the stream's last use of the block: it must be ordered after every other use.
+        let (actor, epoch) = self.enqueue(p, s, 0);
+        self.check_races(
+            addr,
+            addr,
+            addr + size,
+            actor,
+            epoch,
+            true,
+            "cuMemFreeAsync",
+            Who::Stream(s),
+        );
+        self.allocs.remove(&addr);
+        let done_at = self.streams[&s].busy_until;
+        self.return_to_pool(pool, addr, reserved, Some((actor, epoch, done_at)));
+        self.retire(addr, size);
+        Ok(())
+    }
+
+    pub(super) fn return_to_pool(
+        &mut self,
+        pool: u64,
+        base: u64,
+        reserved: u64,
+        freed_on: Option<(u32, u64, u64)>,
+    ) {
+        let Some(pl) = self.pools.get_mut(&pool) else {
+            return;
+        };
+        pl.used -= reserved;
+        if pl.destroyed {
+            pl.reserved -= reserved;
+            let device = pl.device;
+            self.devices[device as usize].used -= reserved;
+            if pl.used == 0 {
+                self.pools.remove(&pool);
+            }
+            return;
+        }
+        let block = FreeBlock {
+            freed_on: freed_on.map(|(a, e, _)| (a, e)),
+            done_at: freed_on.map_or(0, |(_, _, t)| t),
+        };
+        pl.free.insert((reserved, base), block);
+    }
+
+    /// Releases free blocks of `device`'s pools down to each pool's release threshold (or to
+    /// `keep` with `force`), if their frees have completed.
+    pub(crate) fn release_free_pool_blocks(&mut self, device: u32, keep: u64, force: bool) {
+        let now = self.processes.iter().map(|p| p.now).max().unwrap_or(0);
+        let mut released = 0;
+        for pl in self.pools.values_mut().filter(|pl| pl.device == device) {
+            let floor = if force { keep } else { pl.release_threshold };
+            let mut gone = Vec::new();
+            for (&(size, base), fb) in &pl.free {
+                if pl.reserved <= floor {
+                    break;
+                }
+                if fb.done_at <= now || force {
+                    pl.reserved -= size;
+                    released += size;
+                    gone.push((size, base));
+                }
+            }
+            for k in gone {
+                pl.free.remove(&k);
+            }
+        }
+        self.devices[device as usize].used -= released;
+    }
+
+    pub(crate) fn release_pools_over_threshold(&mut self, device: u32) {
+        if self
+            .pools
+            .values()
+            .any(|pl| pl.device == device && !pl.free.is_empty())
+        {
+            self.release_free_pool_blocks(device, 0, false);
+        }
+    }
+
+    pub(crate) fn mem_pool_create(&mut self, device: u32) -> u64 {
+        let id = self.handle();
+        self.pools.insert(
+            id,
+            crate::state::Pool {
+                device,
+                is_default: false,
+                destroyed: false,
+                release_threshold: 0,
+                reserved: 0,
+                used: 0,
+                free: Default::default(),
+            },
+        );
+        id
+    }
+
+    pub(crate) fn mem_pool_destroy(&mut self, pool: u64) -> DriverResult<()> {
+        self.pool(pool)?;
+        if self.pools[&pool].is_default {
+            return Err(self.err(
+                CudaCode::INVALID_VALUE,
+                format!("mempool:{pool} is a device's default pool and cannot be destroyed"),
+            ));
+        }
+        let pl = self.pools.get_mut(&pool).expect("checked");
+        let free: u64 = pl.free.keys().map(|(s, _)| s).sum();
+        pl.free.clear();
+        pl.reserved -= free;
+        pl.destroyed = true;
+        let (device, used) = (pl.device, pl.used);
+        self.devices[device as usize].used -= free;
+        if used == 0 {
+            self.pools.remove(&pool);
+        }
+        for d in &mut self.devices {
+            if d.current_pool == pool {
+                d.current_pool = d.default_pool;
+            }
+        }
+        Ok(())
+    }
+}
