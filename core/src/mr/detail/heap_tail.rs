@@ -8,8 +8,8 @@
 //! at peak 1.098 × peak live without it after the first pass, 1.084 with it (README,
 //! "Figures"). The segment grows by extending the wilderness and shrinks by cutting it.
 
-use super::block::{Block, LIVE, NIL};
 use super::heap::CoalescingHeap;
+use super::record::{Block, LIVE, NIL};
 use super::tlsf::GRANULE;
 
 impl CoalescingHeap {

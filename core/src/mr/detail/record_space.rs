@@ -29,7 +29,7 @@
 //! instead of reading zeros. Elsewhere than 64-bit Linux the records are a vector of
 //! power-of-two length and every number is checked ([`super::masked`]).
 
-use super::block::{Block, STEP};
+use super::record::{Block, STEP};
 
 const _: () =
     assert!(std::mem::size_of::<Block>() == 32 && std::mem::align_of::<Block>() == 1 && STEP == 5);
@@ -44,7 +44,7 @@ mod linux {
     use std::marker::PhantomData;
     use std::ptr::NonNull;
 
-    use super::super::block::{Block, STEP};
+    use super::super::record::{Block, STEP};
 
     /// Bytes from the first record to the end of the one numbered `u32::MAX`, rounded up to
     /// a page (pages are at most 64 KiB).
@@ -397,7 +397,7 @@ mod linux {
 
     #[cfg(test)]
     mod tests {
-        use super::super::super::block::SENTINEL;
+        use super::super::super::record::SENTINEL;
         use super::*;
 
         fn sized(units: u32) -> Block {
@@ -500,8 +500,8 @@ mod linux {
 
 #[cfg(not(all(target_os = "linux", target_pointer_width = "64")))]
 mod portable {
-    use super::super::block::{Block, STEP};
     use super::super::masked::Masked;
+    use super::super::record::{Block, STEP};
 
     /// The records in a vector of power-of-two length; every number is checked.
     #[derive(Debug, Default)]

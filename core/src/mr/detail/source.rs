@@ -3,8 +3,8 @@
 
 use crate::driver::Driver;
 use crate::error::DriverResult;
-use crate::mr::detail::block::MAX_CHUNK;
 use crate::mr::detail::heap::CoalescingHeap;
+use crate::mr::detail::record::MAX_CHUNK;
 use crate::mr::detail::segment::ExpandableSegment;
 use crate::mr::pool_options::Backing;
 

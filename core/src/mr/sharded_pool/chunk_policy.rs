@@ -2,8 +2,8 @@
 //! much a steal takes, the band of spare memory a shard keeps above its live bytes or its recent
 //! peak, and the shared pool's budget.
 
-use crate::mr::detail::block::MAX_CHUNK;
 use crate::mr::detail::growth::TRIM_ABOVE_LIVE;
+use crate::mr::detail::record::MAX_CHUNK;
 
 /// Shards take chunks of the request rounded up to this (1 MiB) from the shared pool (more for
 /// a shard with much live, `grow_chunk`). Measured

@@ -2,7 +2,7 @@
 //! address, and taking wholly free chunks out to give back upstream.
 
 use crate::driver::StreamId;
-use crate::mr::detail::block::{Block, MAX_BLOCK, NIL};
+use crate::mr::detail::record::{Block, MAX_BLOCK, NIL};
 use crate::mr::detail::tlsf::GRANULE;
 
 use super::{Chunk, CoalescingHeap, QUARANTINE};

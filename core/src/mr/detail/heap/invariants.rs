@@ -1,7 +1,7 @@
 //! [`CoalescingHeap::check`]: every invariant of the heap, checked in O(blocks), for tests and
 //! the `emm_expensive_checks` tier.
 
-use crate::mr::detail::block::{NIL, SCRATCH, SCRATCH_NUMBER};
+use crate::mr::detail::record::{NIL, SCRATCH, SCRATCH_NUMBER};
 
 use super::{CoalescingHeap, QUARANTINE};
 

@@ -28,8 +28,9 @@ use std::hint::select_unpredictable;
 
 use crate::driver::StreamId;
 use crate::mr::detail::addr_map::AddrMap;
-use crate::mr::detail::block::{Block, BlockSlab, Blocks, LIVE, NIL, SCRATCH_NUMBER};
+use crate::mr::detail::block::{BlockSlab, Blocks};
 use crate::mr::detail::live_index::LiveIndex;
+use crate::mr::detail::record::{Block, LIVE, NIL, SCRATCH_NUMBER};
 use crate::mr::detail::stream_map::StreamMap;
 use crate::mr::detail::tlsf::{OwnClass, TlsfIndex, GRANULE};
 
