@@ -13,8 +13,10 @@
 //! - `streams`: streams and events on virtual time.
 //! - `managed`: managed-memory residency, migration, advice and oversubscription.
 //! - `ipc`: IPC handles between simulated processes.
-//! - `vmm`: virtual memory management: reservations, physical memory, mappings, access.
-//! - `reservation`: what is mapped in a reservation, and the check on every access to one.
+//! - `vmm`: virtual memory management: reserve, create, map, grant access, and the check on
+//!   every access to a reservation.
+//! - `managed_range`: the pages and advice of one managed allocation.
+//! - `reservation`: the virtual memory parts: reservations, their mappings, physical memory.
 //! - `clock`: vector clocks.
 //! - [`trace`]: the call trace and its hash.
 //! - [`report`]: violations and outstanding resources.
@@ -24,6 +26,7 @@ pub mod config;
 mod driver;
 mod ipc;
 mod managed;
+mod managed_range;
 mod memory;
 pub mod report;
 mod reservation;
@@ -34,7 +37,7 @@ mod vmm;
 
 pub use config::{CostModel, Fault, SimConfig, GIB, MIB};
 pub use driver::SimDriver;
-pub use managed::ManagedAdvice;
+pub use managed_range::ManagedAdvice;
 pub use report::{Leak, Outstanding, SimReport, Violation};
 pub use state::{ManagedStats, POISON};
 pub use trace::{CallKind, TraceEvent};

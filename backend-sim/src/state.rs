@@ -51,7 +51,7 @@ pub(crate) enum Kind {
     /// A stream-ordered allocation from a driver pool.
     PoolBlock { device: u32, pool: u64 },
     /// `cuMemAllocManaged`.
-    Managed(Box<crate::managed::ManagedRange>),
+    Managed(Box<crate::managed_range::ManagedRange>),
     /// `cuMemHostAlloc`.
     Pinned { flags: HostAllocFlags },
     /// `malloc`.
@@ -239,7 +239,7 @@ pub(crate) struct State {
     pub(crate) ipc_exports: BTreeMap<u64, VClock>,
     pub(crate) contents: BTreeMap<u64, Box<[u8]>>,
     /// Physical memory from `cuMemCreate`, by handle.
-    pub(crate) phys: BTreeMap<u64, crate::vmm::Phys>,
+    pub(crate) phys: BTreeMap<u64, crate::reservation::Phys>,
     /// The next free address for reservations.
     pub(crate) reserve_va_next: u64,
     /// The next free address in the store of unmapped physical memory's bytes.

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use emm_core::{DeviceId, DevicePtr, DriverResult, Location, StreamId};
 
 use crate::config::Fault;
-use crate::managed::ManagedAdvice;
+use crate::managed_range::ManagedAdvice;
 use crate::report::{Outstanding, SimReport};
 use crate::state::{Kind, ManagedStats};
 use crate::trace::{CallKind, TraceEvent};
