@@ -6,13 +6,13 @@
 //!
 //! ```text
 //!   heap         CoalescingHeap: chunks, per-stream free lists, allocate and free
-//!    ├── heap_tail   the heap's chunk as an expandable segment (wilderness, growth, cuts)
+//!    ├── heap::segment_end  the chunk as an expandable segment (wilderness, growth, cuts)
 //!    │
 //!   tlsf         TlsfIndex: the free lists by size class          live_index   addr_map
 //!    │                                                            stream_map
 //!   block        BlockSlab: the records by number, the vacant chain
 //!    │
-//!   record_space where the records lie (one mapping on Linux; masked elsewhere)
+//!   record_space where the records lie (one mapping on Linux; a mask-checked slice elsewhere)
 //!    │
 //!   record       Block: one 32-byte record, its numbering, the sentinel and scratch records
 //! ```
@@ -27,13 +27,13 @@
 //! - [`addr_map`]: address → record index, an open-addressing hash table.
 //! - [`record`]: one host-side record of a device memory block, and its numbering.
 //! - [`record_space`]: where the block records live, read by number with no check on Linux.
-//! - [`masked`]: a power-of-two table indexed by numbers checked against a mask, off the loads'
+//! - [`mask_checked_slice`]: a power-of-two table indexed by numbers checked against a mask, off the loads'
 //!   address path (the block records' storage elsewhere than Linux).
 //! - [`block`]: the slab of block records and its views.
 //! - [`live_index`]: the heap's live blocks by address, chained through their records.
 //! - [`tlsf`]: two-level segregated fit free lists with constant-time search.
 //! - [`heap`]: a coalescing suballocator over upstream chunks with per-stream TLSF lists.
-//! - [`heap_tail`]: the heap's chunk as an expandable segment: its wilderness, growth and cuts.
+//! - [`segment_end`]: the heap's chunk as an expandable segment: its wilderness, growth and cuts.
 //! - [`context_scope`]: the resource's own context current for a slow path's driver calls.
 //! - [`stream_order`]: ordering one stream after another with a cached event, lazily.
 //! - [`stream_map`]: per-stream state found by stream handle in constant time.
@@ -46,10 +46,9 @@ pub(crate) mod block;
 pub(crate) mod context_scope;
 pub(crate) mod growth;
 pub(crate) mod heap;
-pub(crate) mod heap_tail;
 pub(crate) mod live_index;
 #[cfg(any(test, not(all(target_os = "linux", target_pointer_width = "64"))))]
-pub(crate) mod masked;
+pub(crate) mod mask_checked_slice;
 pub(crate) mod record;
 pub(crate) mod record_space;
 pub(crate) mod segment;

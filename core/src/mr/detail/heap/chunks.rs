@@ -146,7 +146,7 @@ impl CoalescingHeap {
     pub(crate) fn take_free_chunks(&mut self, mut keep: usize) -> Vec<(Chunk, StreamId)> {
         let mut out = Vec::new();
         if self.wilderness {
-            // A segment's memory goes back through `heap_tail`, never as chunks.
+            // A segment's memory goes back through `segment_end`, never as chunks.
             return out;
         }
         let mut k = 0;

@@ -8,7 +8,7 @@
 //! (merging with B's would hand B's memory to A unordered). [`CoalescingHeap::adopt`] moves a
 //! whole stream's free blocks to another once the caller has ordered the streams.
 //!
-//! Over an expandable segment (one chunk grown and shrunk at its end, `heap_tail`), the heap
+//! Over an expandable segment (one chunk grown and shrunk at its end, `segment_end`), the heap
 //! keeps the chunk's free last block out of the lists as the *wilderness*, used only when no
 //! listed block fits, as dlmalloc keeps its top chunk: so the segment grows only when nothing
 //! below its end fits, however much of it is free.
@@ -22,6 +22,7 @@
 
 mod chunks;
 mod invariants;
+mod segment_end;
 mod stream_slots;
 
 use std::hint::select_unpredictable;
@@ -121,7 +122,7 @@ pub(crate) struct CoalescingHeap {
     pub(super) held: u64,
     /// Bytes in live blocks (granule-rounded).
     pub(super) live_bytes: u64,
-    /// Whether the free last block of a chunk is kept as the wilderness (`heap_tail`).
+    /// Whether the free last block of a chunk is kept as the wilderness (`segment_end`).
     pub(super) wilderness: bool,
     /// The wilderness: a free last block, in no list.
     pub(super) wild: Option<u32>,

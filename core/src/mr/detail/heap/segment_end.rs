@@ -8,9 +8,9 @@
 //! at peak 1.098 × peak live without it after the first pass, 1.084 with it (README,
 //! "Figures"). The segment grows by extending the wilderness and shrinks by cutting it.
 
-use super::heap::CoalescingHeap;
-use super::record::{Block, LIVE, NIL};
-use super::tlsf::GRANULE;
+use super::CoalescingHeap;
+use crate::mr::detail::record::{Block, LIVE, NIL};
+use crate::mr::detail::tlsf::GRANULE;
 
 impl CoalescingHeap {
     /// Keeps the free last block of the chunk out of the lists from now on. Call it on an
