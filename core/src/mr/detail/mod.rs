@@ -27,13 +27,13 @@
 //! - [`addr_map`]: address → record index, an open-addressing hash table.
 //! - [`record`]: one host-side record of a device memory block, and its numbering.
 //! - [`record_space`]: where the block records live, read by number with no check on Linux.
-//! - [`mask_checked_slice`]: a power-of-two table indexed by numbers checked against a mask, off the loads'
-//!   address path (the block records' storage elsewhere than Linux).
+//! - [`mask_checked_slice`]: a power-of-two table indexed by numbers checked against a mask,
+//!   off the loads' address path (the block records' storage elsewhere than Linux).
 //! - [`block`]: the slab of block records and its views.
 //! - [`live_index`]: the heap's live blocks by address, chained through their records.
 //! - [`tlsf`]: two-level segregated fit free lists with constant-time search.
-//! - [`heap`]: a coalescing suballocator over upstream chunks with per-stream TLSF lists.
-//! - [`segment_end`]: the heap's chunk as an expandable segment: its wilderness, growth and cuts.
+//! - [`heap`]: a coalescing suballocator over upstream chunks with per-stream TLSF lists; its
+//!   `segment_end` keeps the chunk's end as an expandable segment (wilderness, growth, cuts).
 //! - [`context_scope`]: the resource's own context current for a slow path's driver calls.
 //! - [`stream_order`]: ordering one stream after another with a cached event, lazily.
 //! - [`stream_map`]: per-stream state found by stream handle in constant time.
