@@ -39,7 +39,7 @@
 //! - [`stream_map`]: per-stream state found by stream handle in constant time.
 //! - [`growth`]: how much a pool asks its upstream for when it must grow.
 //! - [`segment`]: an expandable segment: one reserved range grown by mapping memory at its end.
-//! - [`source`]: where a pool's memory comes from: chunks or a segment.
+//! - [`pool_backing`]: where a pool's memory comes from: chunks or a segment.
 
 pub(crate) mod addr_map;
 pub(crate) mod block;
@@ -49,10 +49,10 @@ pub(crate) mod heap;
 pub(crate) mod live_index;
 #[cfg(any(test, not(all(target_os = "linux", target_pointer_width = "64"))))]
 pub(crate) mod mask_checked_slice;
+pub(crate) mod pool_backing;
 pub(crate) mod record;
 pub(crate) mod record_space;
 pub(crate) mod segment;
-pub(crate) mod source;
 pub(crate) mod stream_map;
 pub(crate) mod stream_order;
 pub(crate) mod tlsf;
