@@ -38,7 +38,7 @@ impl CoalescingHeap {
                 } else {
                     live += 1;
                     live_bytes += b.size();
-                    if self.live.get(blocks, b.addr) != Some(i) {
+                    if self.live_blocks.get(blocks, b.addr) != Some(i) {
                         return Err(format!("live block at {:#x} not in the map", { b.addr }));
                     }
                 }
@@ -50,21 +50,21 @@ impl CoalescingHeap {
                 return Err(format!("chunk {:#x} not fully tiled", c.base));
             }
         }
-        if live != self.live.len() || held != self.held || live_bytes != self.live_bytes {
+        if live != self.live_blocks.len() || held != self.held || live_bytes != self.live_bytes {
             return Err(format!(
                 "counts: {live} live blocks seen, {} counted; {held} held, {} counted; \
                  {live_bytes} live bytes seen, {} counted (free bytes are held minus live)",
-                self.live.len(),
+                self.live_blocks.len(),
                 self.held,
                 self.live_bytes
             ));
         }
-        let indexed = self.live.records_indexed(blocks);
-        if indexed.len() != self.live.len() || indexed.iter().any(|&j| blocks[j].is_free()) {
+        let indexed = self.live_blocks.records_indexed(blocks);
+        if indexed.len() != self.live_blocks.len() || indexed.iter().any(|&j| blocks[j].is_free()) {
             return Err(format!(
                 "the live index chains {} records, counts {}, or chains a free one",
                 indexed.len(),
-                self.live.len()
+                self.live_blocks.len()
             ));
         }
         let mut filed = Vec::new();

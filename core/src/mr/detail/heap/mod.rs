@@ -117,7 +117,7 @@ pub(crate) fn round_to_granule(bytes: u64) -> Option<u64> {
 pub(crate) struct CoalescingHeap {
     pub(super) slab: BlockSlab,
     pub(super) lists: Vec<StreamLists>,
-    pub(super) live: LiveIndex,
+    pub(super) live_blocks: LiveIndex,
     pub(super) chunks: Vec<Chunk>,
     pub(super) held: u64,
     /// Bytes in live blocks (granule-rounded).
@@ -159,7 +159,7 @@ impl CoalescingHeap {
 
     /// Number of live blocks.
     pub(crate) fn live_count(&self) -> usize {
-        self.live.len()
+        self.live_blocks.len()
     }
 
     /// Number of free blocks, all streams together.
@@ -214,7 +214,7 @@ impl CoalescingHeap {
         let CoalescingHeap {
             slab,
             lists,
-            live,
+            live_blocks,
             live_bytes,
             ..
         } = self;
@@ -254,14 +254,14 @@ impl CoalescingHeap {
         let blk = &mut blocks[i];
         blk.owner = LIVE;
         blk.set_requested(requested);
-        live.insert(&mut blocks, addr, i);
+        live_blocks.insert(&mut blocks, addr, i);
         *live_bytes += size;
         Some(addr)
     }
 
     /// Whether a live block starts at `addr`.
     pub(crate) fn is_live(&self, addr: u64) -> bool {
-        self.live.get(self.slab.records(), addr).is_some()
+        self.live_blocks.get(self.slab.records(), addr).is_some()
     }
 
     /// Frees the live block at `addr`, allocated with `requested` bytes, into `slot`'s lists,
@@ -307,7 +307,7 @@ impl CoalescingHeap {
         let CoalescingHeap {
             slab,
             lists,
-            live,
+            live_blocks,
             live_bytes,
             wilderness,
             wild,
@@ -315,12 +315,12 @@ impl CoalescingHeap {
         } = self;
         let index = &mut lists[slot].index;
         let mut blocks = slab.view();
-        let i = live.remove(&mut blocks, addr).ok_or(FreeError::NotLive)?;
+        let i = live_blocks.remove(&mut blocks, addr).ok_or(FreeError::NotLive)?;
         let b = &blocks[i];
         if b.requested() != requested {
             // The rare refusal pays for the common case's single search.
             let allocated = b.requested();
-            live.insert(&mut blocks, addr, i);
+            live_blocks.insert(&mut blocks, addr, i);
             return Err(FreeError::WrongSize { allocated });
         }
         let size = b.size();
@@ -552,7 +552,7 @@ mod tests {
             } else if !live.is_empty() {
                 let (p, _) = live.swap_remove(rng.below(live.len() as u64) as usize);
                 let req = h
-                    .live
+                    .live_blocks
                     .get(h.slab.records(), p)
                     .map(|i| h.slab.get(i).requested())
                     .unwrap();

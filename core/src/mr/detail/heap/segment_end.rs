@@ -77,7 +77,7 @@ impl CoalescingHeap {
         let blk = self.slab.get_mut(w);
         blk.owner = LIVE;
         blk.set_requested(requested);
-        self.live.insert(&mut self.slab.view(), b.addr, w);
+        self.live_blocks.insert(&mut self.slab.view(), b.addr, w);
         self.live_bytes += size;
         Some(b.addr)
     }
