@@ -115,10 +115,16 @@ pub(crate) fn round_to_granule(bytes: u64) -> Option<u64> {
 /// A coalescing suballocator with per-stream TLSF free lists.
 #[derive(Debug, Default)]
 pub(crate) struct CoalescingHeap {
+    /// Every block's record, free or live, and the sentinel and scratch records.
     pub(super) slab: BlockSlab,
+    /// Each stream slot's free lists; a free block is in exactly one list (its `owner`'s),
+    /// except the wilderness, which is in none.
     pub(super) lists: Vec<StreamLists>,
+    /// Every live block by address, and only live blocks.
     pub(super) live_blocks: LiveIndex,
+    /// The upstream chunks held; every block lies in one of them.
     pub(super) chunks: Vec<Chunk>,
+    /// Bytes of all chunks together.
     pub(super) held: u64,
     /// Bytes in live blocks (granule-rounded).
     pub(super) live_bytes: u64,
@@ -315,7 +321,9 @@ impl CoalescingHeap {
         } = self;
         let index = &mut lists[slot].index;
         let mut blocks = slab.view();
-        let i = live_blocks.remove(&mut blocks, addr).ok_or(FreeError::NotLive)?;
+        let i = live_blocks
+            .remove(&mut blocks, addr)
+            .ok_or(FreeError::NotLive)?;
         let b = &blocks[i];
         if b.requested() != requested {
             // The rare refusal pays for the common case's single search.
