@@ -12,19 +12,19 @@ use emm_core::{Advice, CudaCode, DeviceId, DriverResult, Location, StreamId};
 use crate::config::CostModel;
 use crate::managed_range::{copy_bit, ManagedAdvice, ManagedRange, Page, Span};
 use crate::memory::Region;
-use crate::state::{Kind, State, Who};
+use crate::state::{Accessor, AllocKind, State};
 
 impl State {
     fn managed_range(&self, base: u64) -> Option<&ManagedRange> {
         match &self.allocs.get(&base)?.kind {
-            Kind::Managed(r) => Some(r),
+            AllocKind::Managed(r) => Some(r),
             _ => None,
         }
     }
 
     fn managed_range_mut(&mut self, base: u64) -> Option<&mut ManagedRange> {
         match &mut self.allocs.get_mut(&base)?.kind {
-            Kind::Managed(r) => Some(r),
+            AllocKind::Managed(r) => Some(r),
             _ => None,
         }
     }
@@ -62,7 +62,7 @@ impl State {
             attach_global,
             ..ManagedRange::default()
         };
-        self.insert_alloc(base, size, rounded, Kind::Managed(Box::new(range)), p);
+        self.insert_alloc(base, size, rounded, AllocKind::Managed(Box::new(range)), p);
         let extra = (size.min(256 << 20) as f64 / (256u64 << 20) as f64 * 28_000.0) as u64;
         self.charge(p, self.cfg.costs.managed_alloc_ns + extra);
         Ok(base)
@@ -146,7 +146,7 @@ impl State {
         base: u64,
         addr: u64,
         len: u64,
-        who: Who,
+        who: Accessor,
         migrate: bool,
         write: bool,
     ) -> u64 {
@@ -333,7 +333,7 @@ impl State {
             epoch,
             true,
             "cuMemPrefetchAsync",
-            Who::Stream(s),
+            Accessor::Stream(s),
         );
         Ok(())
     }

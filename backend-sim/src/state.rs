@@ -43,9 +43,10 @@ pub(crate) const FREED_MEMORY: usize = 1 << 16;
 /// Accesses remembered per allocation for race detection.
 pub(crate) const ACCESS_MEMORY: usize = 256;
 
-/// What kind of memory an allocation is.
+/// What kind of memory an allocation is; it also holds the per-kind part (a managed range, a
+/// reservation).
 #[derive(Debug)]
-pub(crate) enum Kind {
+pub(crate) enum AllocKind {
     /// `cuMemAlloc`.
     Device { device: u32 },
     /// A stream-ordered allocation from a driver pool.
@@ -62,16 +63,16 @@ pub(crate) enum Kind {
     Reserved(Box<crate::reservation::Reservation>),
 }
 
-impl Kind {
+impl AllocKind {
     pub(crate) fn describe(&self) -> &'static str {
         match self {
-            Kind::Device { .. } => "device memory from cuMemAlloc",
-            Kind::PoolBlock { .. } => "stream-ordered memory from cuMemAllocAsync",
-            Kind::Managed(_) => "managed memory",
-            Kind::Pinned { .. } => "pinned host memory",
-            Kind::Pageable => "pageable host memory",
-            Kind::IpcAlias { .. } => "an opened IPC mapping",
-            Kind::Reserved(_) => "a virtual address reservation from cuMemAddressReserve",
+            AllocKind::Device { .. } => "device memory from cuMemAlloc",
+            AllocKind::PoolBlock { .. } => "stream-ordered memory from cuMemAllocAsync",
+            AllocKind::Managed(_) => "managed memory",
+            AllocKind::Pinned { .. } => "pinned host memory",
+            AllocKind::Pageable => "pageable host memory",
+            AllocKind::IpcAlias { .. } => "an opened IPC mapping",
+            AllocKind::Reserved(_) => "a virtual address reservation from cuMemAddressReserve",
         }
     }
 }
@@ -93,7 +94,7 @@ pub(crate) struct Alloc {
     pub(crate) size: u64,
     /// Bytes accounted against the device or host (rounded).
     pub(crate) reserved: u64,
-    pub(crate) kind: Kind,
+    pub(crate) kind: AllocKind,
     pub(crate) process: u32,
     pub(crate) serial: u64,
     pub(crate) caller: &'static str,
@@ -199,18 +200,18 @@ pub struct ManagedStats {
     pub remote_accesses: u64,
 }
 
-/// Who touches memory.
+/// Who touches memory: the host (a CPU load or store) or a stream (a kernel or a copy on it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Who {
+pub(crate) enum Accessor {
     Host,
     Stream(u64),
 }
 
-impl Who {
+impl Accessor {
     pub(crate) fn location(self, st: &State) -> Location {
         match self {
-            Who::Host => Location::Host,
-            Who::Stream(s) => st
+            Accessor::Host => Location::Host,
+            Accessor::Stream(s) => st
                 .streams
                 .get(&s)
                 .map_or(Location::Host, |s| Location::Device(DeviceId(s.device))),

@@ -2,7 +2,7 @@
 //! (`cuMemAddressReserve`, `cuMemCreate`, `cuMemMap`, `cuMemSetAccess`, `cuMemUnmap`,
 //! `cuMemRelease`, `cuMemAddressFree`).
 //!
-//! A reservation is an allocation of kind `Kind::Reserved` spanning its whole range, so the
+//! A reservation is an allocation of kind `AllocKind::Reserved` spanning its whole range, so the
 //! checks every access goes through — bounds, use after free, races — treat it as one
 //! allocation, and an access may run from one mapping into the next as on a GPU. `reservation`
 //! then requires every byte an access touches to be mapped with access granted: a byte that
@@ -24,7 +24,7 @@ use emm_core::{CudaCode, DeviceId, DriverResult};
 use crate::report::Violation;
 use crate::reservation::{Mapping, Phys, Reservation};
 use crate::state::{
-    round_up, Kind, State, Who, IPC_VA, PHYS_STORE, RESERVE_SPAN, RESERVE_VA, VA_SPAN,
+    round_up, Accessor, AllocKind, State, IPC_VA, PHYS_STORE, RESERVE_SPAN, RESERVE_VA, VA_SPAN,
 };
 
 impl State {
@@ -99,7 +99,7 @@ impl State {
             }
         };
         self.reserve_va_next = end;
-        self.insert_alloc(base, size, 0, Kind::Reserved(Box::default()), p);
+        self.insert_alloc(base, size, 0, AllocKind::Reserved(Box::default()), p);
         self.charge(p, self.cfg.costs.vmm_reserve_ns);
         Ok(base)
     }
@@ -107,7 +107,9 @@ impl State {
     pub(crate) fn mem_address_free(&mut self, p: u32, ptr: u64, size: u64) -> DriverResult<()> {
         let (reserved, mapped) = match self.allocs.get(&ptr) {
             Some(a) if a.process == p => match &a.kind {
-                Kind::Reserved(r) => (a.size, r.mappings.iter().next().map(|(&b, m)| (b, m.size))),
+                AllocKind::Reserved(r) => {
+                    (a.size, r.mappings.iter().next().map(|(&b, m)| (b, m.size)))
+                }
                 _ => return Err(self.bad_free(p, ptr, "an address reservation")),
             },
             _ => return Err(self.bad_free(p, ptr, "an address reservation")),
@@ -195,7 +197,7 @@ impl State {
         match self.containing(ptr) {
             Some((base, a))
                 if a.process == p
-                    && matches!(a.kind, Kind::Reserved(_))
+                    && matches!(a.kind, AllocKind::Reserved(_))
                     && ptr.checked_add(len).is_some_and(|e| e <= base + a.size) =>
             {
                 Ok(base)
@@ -291,7 +293,16 @@ impl State {
             let pr = &mut self.processes[p as usize];
             (pr.host_actor, pr.clock.tick(pr.host_actor))
         };
-        self.check_races(base, ptr, end, actor, epoch, true, "cuMemUnmap", Who::Host);
+        self.check_races(
+            base,
+            ptr,
+            end,
+            actor,
+            epoch,
+            true,
+            "cuMemUnmap",
+            Accessor::Host,
+        );
         for (at, m) in whole {
             let store = self.phys.get_mut(&m.handle).map(|ph| {
                 ph.mapped_at = None;
@@ -381,7 +392,7 @@ impl State {
     /// The reservation at `base`, mutably.
     pub(crate) fn reservation_mut(&mut self, base: u64) -> Option<&mut Reservation> {
         match self.allocs.get_mut(&base).map(|a| &mut a.kind) {
-            Some(Kind::Reserved(r)) => Some(r),
+            Some(AllocKind::Reserved(r)) => Some(r),
             _ => None,
         }
     }
@@ -389,7 +400,7 @@ impl State {
     /// The reservation at `base`.
     pub(crate) fn reservation(&self, base: u64) -> Option<&Reservation> {
         match self.allocs.get(&base).map(|a| &a.kind) {
-            Some(Kind::Reserved(r)) => Some(r),
+            Some(AllocKind::Reserved(r)) => Some(r),
             _ => None,
         }
     }

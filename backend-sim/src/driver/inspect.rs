@@ -9,7 +9,7 @@ use emm_core::{DeviceId, DevicePtr, DriverResult, Location, StreamId};
 use crate::config::Fault;
 use crate::managed_range::ManagedAdvice;
 use crate::report::{Outstanding, SimReport};
-use crate::state::{Kind, ManagedStats};
+use crate::state::{AllocKind, ManagedStats};
 use crate::trace::{CallKind, TraceEvent};
 
 use super::SimDriver;
@@ -56,12 +56,14 @@ impl SimDriver {
                 });
             }
             match a.kind {
-                Kind::Device { .. } | Kind::PoolBlock { .. } => add(&mut r.device_memory, a.size),
-                Kind::Managed(_) => add(&mut r.managed_memory, a.size),
-                Kind::Pinned { .. } => add(&mut r.pinned_memory, a.size),
-                Kind::Pageable => add(&mut r.pageable_memory, a.size),
-                Kind::IpcAlias { .. } => add(&mut r.open_ipc_handles, a.size),
-                Kind::Reserved(ref res) => {
+                AllocKind::Device { .. } | AllocKind::PoolBlock { .. } => {
+                    add(&mut r.device_memory, a.size)
+                }
+                AllocKind::Managed(_) => add(&mut r.managed_memory, a.size),
+                AllocKind::Pinned { .. } => add(&mut r.pinned_memory, a.size),
+                AllocKind::Pageable => add(&mut r.pageable_memory, a.size),
+                AllocKind::IpcAlias { .. } => add(&mut r.open_ipc_handles, a.size),
+                AllocKind::Reserved(ref res) => {
                     add(&mut r.reservations, a.size);
                     for m in res.mappings.values() {
                         add(&mut r.mappings, m.size);

@@ -16,7 +16,7 @@ use emm_core::{
 };
 
 use crate::config::SimConfig;
-use crate::state::{Kind, State};
+use crate::state::{AllocKind, State};
 use crate::trace::{CallKind, TraceEvent};
 
 static NEXT_MACHINE: AtomicU64 = AtomicU64::new(1);
@@ -554,7 +554,7 @@ impl Driver for SimDriver {
 
     fn pageable_alloc(&self, size: usize) -> DriverResult<HostPtr> {
         self.call(CallKind::PageableAlloc, [size as u64, 0, 0], |st, p| {
-            st.host_allocation(p, size, Kind::Pageable)
+            st.host_allocation(p, size, AllocKind::Pageable)
         })
         .map(HostPtr)
     }

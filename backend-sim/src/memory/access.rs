@@ -5,7 +5,7 @@ use emm_core::{CudaCode, DriverResult, StreamId};
 
 use crate::config::CostModel;
 use crate::report::Violation;
-use crate::state::{Access, Kind, State, Who, ACCESS_MEMORY};
+use crate::state::{Access, Accessor, AllocKind, State, ACCESS_MEMORY};
 
 impl State {
     /// Checks an access of `len` bytes at `addr` by `who`, returning the base of the allocation
@@ -70,7 +70,9 @@ impl State {
             ));
         }
         match &a.kind {
-            Kind::Device { .. } | Kind::PoolBlock { .. } | Kind::Reserved(_) if !device_side => {
+            AllocKind::Device { .. } | AllocKind::PoolBlock { .. } | AllocKind::Reserved(_)
+                if !device_side =>
+            {
                 Err(self.err(
                     CudaCode::INVALID_VALUE,
                     format!(
@@ -79,7 +81,9 @@ impl State {
                     ),
                 ))
             }
-            Kind::Pinned { .. } | Kind::Pageable if kernel && !self.host_mapped(a, addr, len) => {
+            AllocKind::Pinned { .. } | AllocKind::Pageable
+                if kernel && !self.host_mapped(a, addr, len) =>
+            {
                 Err(self.err(
                     CudaCode::ILLEGAL_ADDRESS,
                     format!(
@@ -88,7 +92,7 @@ impl State {
                     ),
                 ))
             }
-            Kind::IpcAlias { target, serial } => {
+            AllocKind::IpcAlias { target, serial } => {
                 let (target, serial) = (*target, *serial);
                 let off = addr - base;
                 match self.allocs.get(&target) {
@@ -102,7 +106,7 @@ impl State {
                     }
                 }
             }
-            Kind::Reserved(_) => self
+            AllocKind::Reserved(_) => self
                 .check_mapped(base, addr, len, None)
                 .map(|()| (base, addr)),
             _ => Ok((base, addr)),
@@ -114,7 +118,7 @@ impl State {
     pub(super) fn host_touch(&mut self, p: u32, base: u64, start: u64, end: u64, op: &'static str) {
         let pr = &mut self.processes[p as usize];
         let (actor, epoch) = (pr.host_actor, pr.clock.tick(pr.host_actor));
-        self.check_races(base, start, end, actor, epoch, true, op, Who::Host);
+        self.check_races(base, start, end, actor, epoch, true, op, Accessor::Host);
     }
 
     /// A kernel on stream `s` may touch another device's memory only once its context has
@@ -127,8 +131,8 @@ impl State {
         s: u64,
     ) -> DriverResult<()> {
         let owner = match self.allocs.get(&base).map(|a| &a.kind) {
-            Some(Kind::Device { device } | Kind::PoolBlock { device, .. }) => *device,
-            Some(Kind::Reserved(_)) => {
+            Some(AllocKind::Device { device } | AllocKind::PoolBlock { device, .. }) => *device,
+            Some(AllocKind::Reserved(_)) => {
                 // Mapped memory is reachable from the devices cuMemSetAccess names.
                 let device = self.streams[&s].device;
                 return self.check_mapped(base, addr, len, Some(device));
@@ -167,13 +171,13 @@ impl State {
         epoch: u64,
         write: bool,
         op: &'static str,
-        who: Who,
+        who: Accessor,
     ) {
         if !self.cfg.track_races {
             return;
         }
         let clock = match who {
-            Who::Host => {
+            Accessor::Host => {
                 &self
                     .processes
                     .iter()
@@ -181,7 +185,7 @@ impl State {
                     .expect("host actor")
                     .clock
             }
-            Who::Stream(s) => &self.streams[&s].clock,
+            Accessor::Stream(s) => &self.streams[&s].clock,
         };
         let Some(alloc) = self.allocs.get_mut(&base) else {
             return;
@@ -207,7 +211,7 @@ impl State {
         });
         // A reservation is one allocation for a whole pool: it remembers more.
         let memory = match alloc.kind {
-            Kind::Reserved(_) => 16 * ACCESS_MEMORY,
+            AllocKind::Reserved(_) => 16 * ACCESS_MEMORY,
             _ => ACCESS_MEMORY,
         };
         if alloc.accesses.len() >= memory {
@@ -251,26 +255,26 @@ impl State {
     pub(crate) fn access(
         &mut self,
         p: u32,
-        who: Who,
+        who: Accessor,
         addr: u64,
         len: u64,
         write: bool,
         kernel: bool,
         duration_ns: u64,
     ) -> DriverResult<u64> {
-        let (base, target) = self.resolve(p, addr, len, who != Who::Host, kernel)?;
-        if let (true, Who::Stream(s)) = (kernel, who) {
+        let (base, target) = self.resolve(p, addr, len, who != Accessor::Host, kernel)?;
+        if let (true, Accessor::Stream(s)) = (kernel, who) {
             self.check_peer_access(base, target, len, s)?;
         }
-        let migrate = kernel || who == Who::Host;
+        let migrate = kernel || who == Accessor::Host;
         let migration_ns = self.touch_managed(base, target, len, who, migrate, write);
         let (actor, epoch) = match who {
-            Who::Host => {
+            Accessor::Host => {
                 self.charge(p, migration_ns);
                 let pr = &mut self.processes[p as usize];
                 (pr.host_actor, pr.clock.tick(pr.host_actor))
             }
-            Who::Stream(s) => self.enqueue(p, s, duration_ns + migration_ns),
+            Accessor::Stream(s) => self.enqueue(p, s, duration_ns + migration_ns),
         };
         let op = self.call.name();
         self.check_races(base, target, target + len, actor, epoch, write, op, who);
@@ -293,7 +297,7 @@ impl State {
             return Ok(());
         }
         let ns = CostModel::transfer_ns(len, self.cfg.costs.d2d_bytes_per_us);
-        self.access(p, Who::Stream(s), addr, len, write, true, ns)?;
+        self.access(p, Accessor::Stream(s), addr, len, write, true, ns)?;
         Ok(())
     }
 }

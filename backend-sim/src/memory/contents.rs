@@ -4,7 +4,7 @@
 use emm_core::{DriverResult, StreamId};
 
 use crate::config::CostModel;
-use crate::state::{Kind, State, Who, CHUNK, POISON};
+use crate::state::{Accessor, AllocKind, State, CHUNK, POISON};
 
 impl State {
     pub(crate) fn write_bytes(&mut self, mut addr: u64, mut src: &[u8]) {
@@ -107,7 +107,15 @@ impl State {
         if sync {
             self.host_wait_stream(p, s);
         }
-        let target = self.access(p, Who::Stream(s), dst, src.len() as u64, true, false, ns)?;
+        let target = self.access(
+            p,
+            Accessor::Stream(s),
+            dst,
+            src.len() as u64,
+            true,
+            false,
+            ns,
+        )?;
         self.write_bytes(target, src);
         Ok(())
     }
@@ -125,7 +133,15 @@ impl State {
         if dst.is_empty() {
             return Ok(());
         }
-        let target = self.access(p, Who::Stream(s), src, dst.len() as u64, false, false, ns)?;
+        let target = self.access(
+            p,
+            Accessor::Stream(s),
+            src,
+            dst.len() as u64,
+            false,
+            false,
+            ns,
+        )?;
         self.read_bytes(target, dst);
         // A pageable destination holds the bytes when the call returns: the host waits.
         self.host_wait_stream(p, s);
@@ -148,8 +164,8 @@ impl State {
         }
         // Resolve both ends before touching either, so a bad destination changes nothing.
         self.resolve(p, dst, size, true, false)?;
-        let from = self.access(p, Who::Stream(s), src, size, false, false, ns)?;
-        let to = self.access(p, Who::Stream(s), dst, size, true, false, 0)?;
+        let from = self.access(p, Accessor::Stream(s), src, size, false, false, ns)?;
+        let to = self.access(p, Accessor::Stream(s), dst, size, true, false, 0)?;
         if self.cfg.track_contents {
             let mut buf = vec![0u8; size as usize];
             self.read_bytes(from, &mut buf);
@@ -176,12 +192,12 @@ impl State {
         }
         // cuMemsetD8 runs as a kernel: it needs device-accessible memory (a host range only
         // while it is mapped), faults managed pages over, and needs peer access across devices.
-        let target = self.access(p, Who::Stream(s), dst, size, true, true, ns)?;
+        let target = self.access(p, Accessor::Stream(s), dst, size, true, true, ns)?;
         self.fill_bytes(target, value, size);
         // cuMemsetD8 is asynchronous with respect to the host unless it sets pinned host memory.
         let pinned = self
             .containing(target)
-            .is_some_and(|(_, a)| matches!(a.kind, Kind::Pinned { .. }));
+            .is_some_and(|(_, a)| matches!(a.kind, AllocKind::Pinned { .. }));
         if sync && pinned {
             self.host_wait_stream(p, s);
         }
@@ -193,7 +209,7 @@ impl State {
         if dst.is_empty() {
             return Ok(());
         }
-        let target = self.access(p, Who::Host, src, dst.len() as u64, false, false, 0)?;
+        let target = self.access(p, Accessor::Host, src, dst.len() as u64, false, false, 0)?;
         self.read_bytes(target, dst);
         Ok(())
     }
@@ -203,7 +219,7 @@ impl State {
         if src.is_empty() {
             return Ok(());
         }
-        let target = self.access(p, Who::Host, dst, src.len() as u64, true, false, 0)?;
+        let target = self.access(p, Accessor::Host, dst, src.len() as u64, true, false, 0)?;
         self.write_bytes(target, src);
         Ok(())
     }

@@ -4,7 +4,7 @@
 
 use emm_core::{CudaCode, DriverResult, StreamId};
 
-use crate::state::{round_up, FreeBlock, Kind, State, Who};
+use crate::state::{round_up, Accessor, AllocKind, FreeBlock, State};
 
 use super::Region;
 
@@ -88,7 +88,13 @@ impl State {
             }
         };
         self.pools.get_mut(&pool).expect("checked").used += block_size;
-        self.insert_alloc(base, size, block_size, Kind::PoolBlock { device, pool }, p);
+        self.insert_alloc(
+            base,
+            size,
+            block_size,
+            AllocKind::PoolBlock { device, pool },
+            p,
+        );
         // The allocation happens in stream order: until another stream (or the host) is ordered
         // after it, the memory may not even be mapped there (a real GPU faults).
         let (actor, epoch) = self.enqueue(p, s, 0);
@@ -100,7 +106,7 @@ impl State {
             epoch,
             true,
             "cuMemAllocAsync",
-            Who::Stream(s),
+            Accessor::Stream(s),
         );
         Ok(base)
     }
@@ -116,8 +122,8 @@ impl State {
         let s = self.stream(p, stream)?;
         let pool = match self.allocs.get(&addr) {
             Some(a) if a.process == p => match a.kind {
-                Kind::PoolBlock { pool, .. } => pool,
-                Kind::Device { .. } | Kind::Managed(_) => {
+                AllocKind::PoolBlock { pool, .. } => pool,
+                AllocKind::Device { .. } | AllocKind::Managed(_) => {
                     // CUDA accepts cuMemAlloc'd memory here and frees it synchronously.
                     self.host_wait_stream(p, s);
                     return self.mem_free(p, addr);
@@ -138,7 +144,7 @@ impl State {
             epoch,
             true,
             "cuMemFreeAsync",
-            Who::Stream(s),
+            Accessor::Stream(s),
         );
         self.allocs.remove(&addr);
         let done_at = self.streams[&s].busy_until;

@@ -4,7 +4,7 @@
 use emm_core::units::Bytes;
 use emm_core::{CudaCode, DriverResult, HostAllocFlags};
 
-use crate::state::{Alloc, Kind, Registration, State};
+use crate::state::{Alloc, AllocKind, Registration, State};
 
 use super::Region;
 
@@ -36,10 +36,15 @@ impl State {
         size: usize,
         flags: HostAllocFlags,
     ) -> DriverResult<u64> {
-        self.host_allocation(p, size, Kind::Pinned { flags })
+        self.host_allocation(p, size, AllocKind::Pinned { flags })
     }
 
-    pub(crate) fn host_allocation(&mut self, p: u32, size: usize, kind: Kind) -> DriverResult<u64> {
+    pub(crate) fn host_allocation(
+        &mut self,
+        p: u32,
+        size: usize,
+        kind: AllocKind,
+    ) -> DriverResult<u64> {
         let size = size as u64;
         if size == 0 {
             return Err(self.zero_size());
@@ -52,7 +57,7 @@ impl State {
                 return Err(e);
             }
         };
-        if matches!(kind, Kind::Pinned { .. }) {
+        if matches!(kind, AllocKind::Pinned { .. }) {
             self.charge(p, self.cfg.costs.pin_ns(self.cfg.costs.host_alloc_ns, size));
         } else {
             self.charge(p, self.cfg.costs.call_ns);
@@ -70,7 +75,7 @@ impl State {
         let ok = match self.allocs.get(&addr) {
             Some(a) if a.process == p => matches!(
                 (&a.kind, pinned),
-                (Kind::Pinned { .. }, true) | (Kind::Pageable, false)
+                (AllocKind::Pinned { .. }, true) | (AllocKind::Pageable, false)
             ),
             _ => false,
         };
@@ -116,7 +121,7 @@ impl State {
             return Err(self.zero_size());
         }
         match self.containing(addr) {
-            Some((base, a)) if a.process == p && matches!(a.kind, Kind::Pageable) => {
+            Some((base, a)) if a.process == p && matches!(a.kind, AllocKind::Pageable) => {
                 // Without wrapping for an absurd `size` (as in `resolve`).
                 let room = (base + a.size).saturating_sub(addr);
                 if size > room {
@@ -129,7 +134,7 @@ impl State {
                     ));
                 }
             }
-            Some((_, a)) if a.process == p && matches!(a.kind, Kind::Pinned { .. }) => {
+            Some((_, a)) if a.process == p && matches!(a.kind, AllocKind::Pinned { .. }) => {
                 return Err(self.err(
                     CudaCode::HOST_MEMORY_ALREADY_REGISTERED,
                     format!("{addr:#x} is pinned memory from cuMemHostAlloc"),
@@ -198,8 +203,8 @@ impl State {
     /// Whether `addr..addr+len` in a host allocation is mapped into the device address space.
     pub(super) fn host_mapped(&self, alloc: &Alloc, addr: u64, len: u64) -> bool {
         match alloc.kind {
-            Kind::Pinned { flags } => flags.mapped,
-            Kind::Pageable => {
+            AllocKind::Pinned { flags } => flags.mapped,
+            AllocKind::Pageable => {
                 self.registrations
                     .range(..=addr)
                     .next_back()

@@ -15,7 +15,7 @@ use emm_core::units::Bytes;
 use emm_core::{CudaCode, DriverResult, MemInfo};
 
 use crate::report::Violation;
-use crate::state::{round_up, Alloc, Kind, State, CHUNK, FREED_MEMORY, VA_SPAN};
+use crate::state::{round_up, Alloc, AllocKind, State, CHUNK, FREED_MEMORY, VA_SPAN};
 
 /// Which address range a new allocation takes its address from.
 #[derive(Clone, Copy)]
@@ -110,7 +110,7 @@ impl State {
         base: u64,
         size: u64,
         reserved: u64,
-        kind: Kind,
+        kind: AllocKind,
         process: u32,
     ) {
         let serial = self.serial();
@@ -201,7 +201,7 @@ impl State {
                 return Err(e);
             }
         };
-        self.insert_alloc(base, size, reserved, Kind::Device { device }, p);
+        self.insert_alloc(base, size, reserved, AllocKind::Device { device }, p);
         let peers = self.devices[device as usize].peer_mappings;
         self.charge(
             p,
@@ -214,10 +214,10 @@ impl State {
     pub(crate) fn mem_free(&mut self, p: u32, addr: u64) -> DriverResult<()> {
         let (size, reserved, device) = match self.allocs.get(&addr) {
             Some(a) if a.process == p => match &a.kind {
-                Kind::Device { device } | Kind::PoolBlock { device, .. } => {
+                AllocKind::Device { device } | AllocKind::PoolBlock { device, .. } => {
                     (a.size, a.reserved, Some(*device))
                 }
-                Kind::Managed(_) => (a.size, a.reserved, None),
+                AllocKind::Managed(_) => (a.size, a.reserved, None),
                 _ => return Err(self.bad_free(p, addr, "device or managed memory")),
             },
             _ => return Err(self.bad_free(p, addr, "device or managed memory")),
@@ -228,9 +228,9 @@ impl State {
         let alloc = self.allocs.remove(&addr).expect("looked up above");
         self.ipc_exports.remove(&alloc.serial);
         match alloc.kind {
-            Kind::Device { device } => self.devices[device as usize].used -= reserved,
-            Kind::PoolBlock { pool, .. } => self.return_to_pool(pool, addr, reserved, None),
-            Kind::Managed(range) => self.drop_managed_pages(addr, &range),
+            AllocKind::Device { device } => self.devices[device as usize].used -= reserved,
+            AllocKind::PoolBlock { pool, .. } => self.return_to_pool(pool, addr, reserved, None),
+            AllocKind::Managed(range) => self.drop_managed_pages(addr, &range),
             _ => {}
         }
         self.retire(addr, size);
@@ -252,7 +252,7 @@ impl State {
     pub(crate) fn mem_get_address_range(&mut self, p: u32, addr: u64) -> DriverResult<(u64, u64)> {
         self.charge(p, self.cfg.costs.call_ns);
         match self.containing(addr) {
-            Some((base, a)) if a.process == p && matches!(a.kind, Kind::Reserved(_)) => {
+            Some((base, a)) if a.process == p && matches!(a.kind, AllocKind::Reserved(_)) => {
                 self.mapping_at(base, addr).ok_or_else(|| {
                     self.err(
                         CudaCode::NOT_FOUND,
@@ -260,7 +260,7 @@ impl State {
                     )
                 })
             }
-            Some((base, a)) if a.process == p && !matches!(a.kind, Kind::Pageable) => {
+            Some((base, a)) if a.process == p && !matches!(a.kind, AllocKind::Pageable) => {
                 Ok((base, a.size))
             }
             _ => Err(self.err(
