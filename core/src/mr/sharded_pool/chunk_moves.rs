@@ -10,7 +10,7 @@ use crate::sync::Ordering;
 use super::chunk_policy::{
     band, grow_chunk, shard_chunk, steal_batch, Keep, Scan, HELD_BUDGET, SHARD_CHUNK,
 };
-use super::shard::{Covered, Shard, ShardGuard, Stolen};
+use super::shard::{Covered, Shard, ShardGuard, StolenChunks};
 use super::{ShardedPoolResource, NAME};
 
 impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
@@ -121,7 +121,7 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
     pub(super) fn adopt_stolen(
         &self,
         mine: usize,
-        stolen: Stolen,
+        stolen: StolenChunks,
         size: u64,
         bytes: u64,
         stream: StreamId,
@@ -278,7 +278,7 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
         covered: &[Covered],
         my_live: u64,
         (keep, scan): (Keep, Scan),
-    ) -> Stolen {
+    ) -> StolenChunks {
         let order = self.steal_order(mine, keep, scan);
         for k in order {
             let mut s = self.lock(k);
@@ -292,7 +292,7 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
             };
             // The smallest that fits first, then the largest.
             s.spare_in_order(size, |e| ready(e.stream, e.stamp));
-            let mut out = Stolen {
+            let mut out = StolenChunks {
                 chunks: Vec::new(),
                 victim: k,
                 stamp: s.wholes,
@@ -320,7 +320,7 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
                 return out;
             }
         }
-        Stolen::default()
+        StolenChunks::default()
     }
 
     /// Gives other shards' wholly free chunks beyond what they keep by `keep` back to the

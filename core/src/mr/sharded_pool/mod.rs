@@ -80,7 +80,7 @@ use crate::mr::pool::PoolResource;
 use crate::mr::{assert_resource, DeviceMemoryResource, MrError, MrResult};
 use crate::sync::{thread_local, AtomicUsize, Ordering};
 
-use shard::{Padded, PaddedCount, PaddedLevels, Shard, ShardGuard};
+use shard::{PaddedCount, PaddedLevels, PaddedShard, Shard, ShardGuard};
 
 const NAME: &str = "ShardedPoolResource";
 
@@ -114,7 +114,7 @@ thread_local! {
 /// # Ok(()) }
 /// ```
 pub struct ShardedPoolResource<Up: DeviceMemoryResource> {
-    shards: Box<[Padded]>,
+    shards: Box<[PaddedShard]>,
     /// `shards.len() - 1`: the count is a power of two, so a thread's shard is a mask.
     mask: usize,
     /// The next shard to give a thread that has not used this resource yet (round robin, so
@@ -151,7 +151,7 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
         let shared_levels = PaddedLevels::default();
         shared_levels.store(shared.levels());
         ShardedPoolResource {
-            shards: (0..n).map(|_| Padded::default()).collect(),
+            shards: (0..n).map(|_| PaddedShard::default()).collect(),
             mask: n - 1,
             next: AtomicUsize::new(0),
             moves: PaddedCount::default(),

@@ -269,7 +269,7 @@ impl Shard {
 
 /// Chunks taken from one shard by a grower.
 #[derive(Debug, Default)]
-pub(super) struct Stolen {
+pub(super) struct StolenChunks {
     /// Each chunk, the stream whose lists held it, and whether the thief's stream already
     /// follows that stream's frees into it.
     pub(super) chunks: Vec<(Chunk, StreamId, bool)>,
@@ -282,7 +282,7 @@ pub(super) struct Stolen {
 /// slow each other down, and what it published at its last unlock ([`Published`]).
 #[derive(Debug, Default)]
 #[repr(align(128))]
-pub(super) struct Padded {
+pub(super) struct PaddedShard {
     pub(super) lock: SpinMutex<Shard>,
     pub(super) published: Published,
 }
