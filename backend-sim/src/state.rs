@@ -12,6 +12,7 @@ use emm_core::{CudaCode, DeviceId, DriverError, DriverResult, HostAllocFlags, Lo
 
 use crate::clock::{Actor, VClock};
 use crate::config::{Fault, SimConfig};
+use crate::driver_pool_table::DriverPools;
 use crate::report::Violation;
 use crate::trace::{CallKind, Trace};
 
@@ -159,24 +160,6 @@ pub(crate) struct Event {
 }
 
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct FreeBlock {
-    pub(crate) freed_on: Option<(Actor, u64)>,
-    pub(crate) done_at: u64,
-}
-
-#[derive(Debug)]
-pub(crate) struct Pool {
-    pub(crate) device: u32,
-    pub(crate) is_default: bool,
-    pub(crate) destroyed: bool,
-    pub(crate) release_threshold: u64,
-    pub(crate) reserved: u64,
-    pub(crate) used: u64,
-    /// Free blocks by (reserved size, base).
-    pub(crate) free: BTreeMap<(u64, u64), FreeBlock>,
-}
-
-#[derive(Debug, Clone, Copy)]
 pub(crate) struct Registration {
     pub(crate) size: u64,
     pub(crate) mapped: bool,
@@ -228,7 +211,7 @@ pub(crate) struct State {
     pub(crate) contexts: Vec<Ctx>,
     pub(crate) streams: BTreeMap<u64, Stream>,
     pub(crate) events: BTreeMap<u64, Event>,
-    pub(crate) pools: BTreeMap<u64, Pool>,
+    pub(crate) pools: DriverPools,
     pub(crate) allocs: BTreeMap<u64, Alloc>,
     /// Recently freed allocations: base → size.
     pub(crate) freed: BTreeMap<u64, u64>,
@@ -293,7 +276,7 @@ impl State {
             contexts: Vec::new(),
             streams: BTreeMap::new(),
             events: BTreeMap::new(),
-            pools: BTreeMap::new(),
+            pools: DriverPools::default(),
             allocs: BTreeMap::new(),
             freed: BTreeMap::new(),
             registrations: BTreeMap::new(),
@@ -320,18 +303,7 @@ impl State {
         };
         for d in 0..st.cfg.devices {
             let pool = st.handle();
-            st.pools.insert(
-                pool,
-                Pool {
-                    device: d,
-                    is_default: true,
-                    destroyed: false,
-                    release_threshold: 0,
-                    reserved: 0,
-                    used: 0,
-                    free: BTreeMap::new(),
-                },
-            );
+            st.pools.create(pool, d, true);
             st.devices.push(Device {
                 total: st.cfg.memory_per_device,
                 used: 0,

@@ -85,7 +85,7 @@ impl SimDriver {
         for reg in st.registrations.values() {
             add(&mut r.registrations, reg.size);
         }
-        for pl in st.pools.values() {
+        for (_, pl) in st.pools.iter() {
             for (size, _) in pl.free.keys() {
                 add(&mut r.pool_reserved_free, *size);
             }

@@ -359,7 +359,7 @@ impl Driver for SimDriver {
             [pool.0, bytes, 0],
             |st, _| {
                 st.pool(pool.0)?;
-                if let Some(pl) = st.pools.get_mut(&pool.0) {
+                if let Some(pl) = st.pools.get_mut(pool.0) {
                     pl.release_threshold = bytes;
                 }
                 Ok(())
@@ -373,32 +373,7 @@ impl Driver for SimDriver {
             [pool.0, min_bytes_to_keep, 0],
             |st, _| {
                 st.pool(pool.0)?;
-                let device = st.pools[&pool.0].device;
-                // Trim only this pool: lift the others' floors out of reach for the moment.
-                let keep_others: Vec<(u64, u64)> = st
-                    .pools
-                    .iter()
-                    .filter(|(id, _)| **id != pool.0)
-                    .map(|(id, pl)| (*id, pl.release_threshold))
-                    .collect();
-                for (id, _) in &keep_others {
-                    if let Some(pl) = st.pools.get_mut(id) {
-                        pl.release_threshold = u64::MAX;
-                    }
-                }
-                let saved = st.pools[&pool.0].release_threshold;
-                if let Some(pl) = st.pools.get_mut(&pool.0) {
-                    pl.release_threshold = min_bytes_to_keep;
-                }
-                st.release_free_pool_blocks(device, 0, false);
-                if let Some(pl) = st.pools.get_mut(&pool.0) {
-                    pl.release_threshold = saved;
-                }
-                for (id, t) in keep_others {
-                    if let Some(pl) = st.pools.get_mut(&id) {
-                        pl.release_threshold = t;
-                    }
-                }
+                st.trim_pool(pool.0, min_bytes_to_keep);
                 Ok(())
             },
         )
@@ -407,7 +382,7 @@ impl Driver for SimDriver {
     fn mem_pool_usage(&self, pool: MemPoolId) -> DriverResult<MemPoolUsage> {
         self.call(CallKind::MemPoolUsage, [pool.0, 0, 0], |st, _| {
             st.pool(pool.0)?;
-            let pl = &st.pools[&pool.0];
+            let pl = st.pools.live(pool.0).expect("checked");
             Ok(MemPoolUsage {
                 reserved: pl.reserved,
                 used: pl.used,

@@ -4,15 +4,15 @@
 
 use emm_core::{CudaCode, DriverResult, StreamId};
 
-use crate::state::{round_up, Accessor, AllocKind, FreeBlock, State};
+use crate::state::{round_up, Accessor, AllocKind, State};
 
 use super::Region;
 
 impl State {
     pub(crate) fn pool(&self, pool: u64) -> DriverResult<()> {
-        match self.pools.get(&pool) {
-            Some(pl) if !pl.destroyed => Ok(()),
-            _ => Err(self.err(
+        match self.pools.live(pool) {
+            Some(_) => Ok(()),
+            None => Err(self.err(
                 CudaCode::INVALID_VALUE,
                 format!("mempool:{pool} is not a live memory pool"),
             )),
@@ -34,7 +34,7 @@ impl State {
         if size == 0 {
             return Err(self.zero_size());
         }
-        let device = self.pools[&pool].device;
+        let device = self.pools.live(pool).expect("checked").device;
         if self.streams[&s].device != device {
             return Err(self.err(
                 CudaCode::INVALID_VALUE,
@@ -51,26 +51,13 @@ impl State {
             let st = &self.streams[&s];
             (st.actor, &st.clock)
         };
-        let pl = &self.pools[&pool];
         let races = self.cfg.track_races;
-        let reuse = pl
-            .free
-            .range((reserved, 0)..)
-            .take_while(|((sz, _), _)| *sz <= reserved.saturating_mul(2))
-            .find(|(_, fb)| {
-                fb.freed_on
-                    .is_none_or(|(a, e)| !races || a == actor || clock.has_seen(a, e))
-            })
-            .map(|(k, _)| *k);
+        let reuse = self.pools.take_free_block(pool, reserved, |fb| {
+            fb.freed_on
+                .is_none_or(|(a, e)| !races || a == actor || clock.has_seen(a, e))
+        });
         let (block_size, base) = match reuse {
-            Some(key) => {
-                self.pools
-                    .get_mut(&pool)
-                    .expect("checked")
-                    .free
-                    .remove(&key);
-                key
-            }
+            Some(key) => key,
             None => {
                 if let Err(avail) = self.reserve_device(device, reserved) {
                     return Err(self.oom(device, size, avail));
@@ -82,12 +69,12 @@ impl State {
                         return Err(e);
                     }
                 };
-                self.pools.get_mut(&pool).expect("checked").reserved += reserved;
+                self.pools.get_mut(pool).expect("checked").reserved += reserved;
                 self.charge(p, self.cfg.costs.alloc_ns(size));
                 (reserved, base)
             }
         };
-        self.pools.get_mut(&pool).expect("checked").used += block_size;
+        self.pools.get_mut(pool).expect("checked").used += block_size;
         self.insert_alloc(
             base,
             size,
@@ -160,96 +147,63 @@ impl State {
         reserved: u64,
         freed_on: Option<(u32, u64, u64)>,
     ) {
-        let Some(pl) = self.pools.get_mut(&pool) else {
-            return;
-        };
-        pl.used -= reserved;
-        if pl.destroyed {
-            pl.reserved -= reserved;
-            let device = pl.device;
-            self.devices[device as usize].used -= reserved;
-            if pl.used == 0 {
-                self.pools.remove(&pool);
-            }
-            return;
+        let (device, released) = self.pools.give_back(pool, base, reserved, freed_on);
+        if released > 0 {
+            self.devices[device as usize].used -= released;
         }
-        let block = FreeBlock {
-            freed_on: freed_on.map(|(a, e, _)| (a, e)),
-            done_at: freed_on.map_or(0, |(_, _, t)| t),
-        };
-        pl.free.insert((reserved, base), block);
+    }
+
+    /// The latest virtual time of any process's host.
+    fn latest_host_time(&self) -> u64 {
+        self.processes.iter().map(|p| p.now).max().unwrap_or(0)
     }
 
     /// Releases free blocks of `device`'s pools down to each pool's release threshold (or to
     /// `keep` with `force`), if their frees have completed.
     pub(crate) fn release_free_pool_blocks(&mut self, device: u32, keep: u64, force: bool) {
-        let now = self.processes.iter().map(|p| p.now).max().unwrap_or(0);
-        let mut released = 0;
-        for pl in self.pools.values_mut().filter(|pl| pl.device == device) {
-            let floor = if force { keep } else { pl.release_threshold };
-            let mut gone = Vec::new();
-            for (&(size, base), fb) in &pl.free {
-                if pl.reserved <= floor {
-                    break;
-                }
-                if fb.done_at <= now || force {
-                    pl.reserved -= size;
-                    released += size;
-                    gone.push((size, base));
-                }
-            }
-            for k in gone {
-                pl.free.remove(&k);
-            }
-        }
+        let now = self.latest_host_time();
+        let released = self.pools.release_free(
+            |_, pl| pl.device == device,
+            |pl| if force { keep } else { pl.release_threshold },
+            force,
+            now,
+        );
+        self.devices[device as usize].used -= released;
+    }
+
+    /// `cuMemPoolTrimTo`: releases live pool `pool`'s free blocks whose frees completed, down
+    /// to `keep` bytes; the other pools keep theirs.
+    pub(crate) fn trim_pool(&mut self, pool: u64, keep: u64) {
+        let device = self.pools.live(pool).expect("checked").device;
+        let now = self.latest_host_time();
+        let released = self
+            .pools
+            .release_free(|id, _| id == pool, |_| keep, false, now);
         self.devices[device as usize].used -= released;
     }
 
     pub(crate) fn release_pools_over_threshold(&mut self, device: u32) {
-        if self
-            .pools
-            .values()
-            .any(|pl| pl.device == device && !pl.free.is_empty())
-        {
+        if self.pools.has_free_blocks(device) {
             self.release_free_pool_blocks(device, 0, false);
         }
     }
 
     pub(crate) fn mem_pool_create(&mut self, device: u32) -> u64 {
         let id = self.handle();
-        self.pools.insert(
-            id,
-            crate::state::Pool {
-                device,
-                is_default: false,
-                destroyed: false,
-                release_threshold: 0,
-                reserved: 0,
-                used: 0,
-                free: Default::default(),
-            },
-        );
+        self.pools.create(id, device, false);
         id
     }
 
     pub(crate) fn mem_pool_destroy(&mut self, pool: u64) -> DriverResult<()> {
         self.pool(pool)?;
-        if self.pools[&pool].is_default {
+        if self.pools.live(pool).expect("checked").is_default {
             return Err(self.err(
                 CudaCode::INVALID_VALUE,
                 format!("mempool:{pool} is a device's default pool and cannot be destroyed"),
             ));
         }
-        let pl = self.pools.get_mut(&pool).expect("checked");
-        let free: u64 = pl.free.keys().map(|(s, _)| s).sum();
-        pl.free.clear();
-        pl.reserved -= free;
-        pl.destroyed = true;
-        let (device, used) = (pl.device, pl.used);
+        let (device, free) = self.pools.destroy(pool);
         self.devices[device as usize].used -= free;
-        if used == 0 {
-            self.pools.remove(&pool);
-        }
         for d in &mut self.devices {
             if d.current_pool == pool {
                 d.current_pool = d.default_pool;
