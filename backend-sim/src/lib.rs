@@ -10,6 +10,7 @@
 //! - `driver`: [`SimDriver`], one simulated process, and its `Driver` implementation.
 //! - `state`: the machine's state behind one lock.
 //! - `driver_pool_table`: the driver memory pools, a part the state owns.
+//! - `host_regions`: host memory in use and the registered ranges, a part the state owns.
 //! - `memory`: allocations, contents and the checks on every access.
 //! - `streams`: streams and events on virtual time.
 //! - `managed`: managed-memory residency, migration, advice and oversubscription.
@@ -26,6 +27,7 @@ mod clock;
 pub mod config;
 mod driver;
 mod driver_pool_table;
+mod host_regions;
 mod ipc;
 mod managed;
 mod managed_range;

@@ -13,6 +13,7 @@ use emm_core::{CudaCode, DeviceId, DriverError, DriverResult, HostAllocFlags, Lo
 use crate::clock::{Actor, VClock};
 use crate::config::{Fault, SimConfig};
 use crate::driver_pool_table::DriverPools;
+use crate::host_regions::HostRegions;
 use crate::report::Violation;
 use crate::trace::{CallKind, Trace};
 
@@ -159,13 +160,6 @@ pub(crate) struct Event {
     pub(crate) recorded: Option<(VClock, u64)>,
 }
 
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Registration {
-    pub(crate) size: u64,
-    pub(crate) mapped: bool,
-    pub(crate) process: u32,
-}
-
 /// Counters of managed memory behaviour.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ManagedStats {
@@ -215,7 +209,6 @@ pub(crate) struct State {
     pub(crate) allocs: BTreeMap<u64, Alloc>,
     /// Recently freed allocations: base → size.
     pub(crate) freed: BTreeMap<u64, u64>,
-    pub(crate) registrations: BTreeMap<u64, Registration>,
     /// Per-thread default streams by (context, thread).
     pub(crate) per_thread_streams: BTreeMap<(u32, u64), u64>,
     /// The exporting host's clock when each IPC handle was last made: opening a handle
@@ -232,7 +225,8 @@ pub(crate) struct State {
     pub(crate) lru: Vec<BTreeMap<u64, (u64, u64)>>,
     pub(crate) lru_tick: u64,
     pub(crate) managed_stats: ManagedStats,
-    pub(crate) host_used: u64,
+    /// Host memory in use and the registered ranges.
+    pub(crate) host: HostRegions,
     pub(crate) trace: Trace,
     pub(crate) violations: Vec<Violation>,
     pub(crate) faults: Vec<(Fault, u64)>,
@@ -279,7 +273,6 @@ impl State {
             pools: DriverPools::default(),
             allocs: BTreeMap::new(),
             freed: BTreeMap::new(),
-            registrations: BTreeMap::new(),
             per_thread_streams: BTreeMap::new(),
             ipc_exports: BTreeMap::new(),
             contents: BTreeMap::new(),
@@ -290,7 +283,7 @@ impl State {
             lru: Vec::new(),
             lru_tick: 0,
             managed_stats: ManagedStats::default(),
-            host_used: 0,
+            host: HostRegions::new(cfg.host_memory),
             trace: Trace::new(cfg.record_trace),
             violations: Vec::new(),
             faults: cfg.faults.iter().cloned().map(|f| (f, 0)).collect(),

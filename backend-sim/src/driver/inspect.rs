@@ -82,7 +82,7 @@ impl SimDriver {
             }
             add(&mut r.physical_memory, ph.size);
         }
-        for reg in st.registrations.values() {
+        for reg in st.host.registrations() {
             add(&mut r.registrations, reg.size);
         }
         for (_, pl) in st.pools.iter() {

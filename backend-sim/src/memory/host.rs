@@ -4,30 +4,24 @@
 use emm_core::units::Bytes;
 use emm_core::{CudaCode, DriverResult, HostAllocFlags};
 
-use crate::state::{Alloc, AllocKind, Registration, State};
+use crate::host_regions::Registration;
+use crate::state::{Alloc, AllocKind, State};
 
 use super::Region;
 
 impl State {
     pub(super) fn reserve_host(&mut self, size: u64) -> DriverResult<()> {
-        if self
-            .host_used
-            .checked_add(size)
-            .is_some_and(|u| u <= self.cfg.host_memory)
-        {
-            self.host_used += size;
-            Ok(())
-        } else {
-            Err(self.err(
+        self.host.reserve(size).map_err(|free| {
+            self.err(
                 CudaCode::OUT_OF_MEMORY,
                 format!(
                     "requested {} of host memory, {} free of {}",
                     Bytes(size),
-                    Bytes(self.cfg.host_memory.saturating_sub(self.host_used)),
-                    Bytes(self.cfg.host_memory)
+                    Bytes(free),
+                    Bytes(self.host.capacity())
                 ),
-            ))
-        }
+            )
+        })
     }
 
     pub(crate) fn host_alloc(
@@ -53,7 +47,7 @@ impl State {
         let base = match self.take_va(Region::Host(p), size) {
             Ok(b) => b,
             Err(e) => {
-                self.host_used -= size;
+                self.host.give_back(size);
                 return Err(e);
             }
         };
@@ -84,7 +78,7 @@ impl State {
         }
         let size = self.allocs[&addr].size;
         if !pinned {
-            if let Some((&start, _)) = self.registrations.range(addr..addr + size).next() {
+            if let Some(start) = self.host.registered_start_in(addr, addr + size) {
                 return Err(self.err(
                     CudaCode::INVALID_VALUE,
                     format!("{addr:#x} still has a registration at {start:#x}; call host_unregister first"),
@@ -94,7 +88,7 @@ impl State {
         // Freeing is the host's last touch: a stream still using the memory races with it.
         self.host_touch(p, addr, addr, addr + size, "cuMemFreeHost/free");
         self.allocs.remove(&addr);
-        self.host_used -= size;
+        self.host.give_back(size);
         self.charge(
             p,
             if pinned {
@@ -147,21 +141,13 @@ impl State {
                 ));
             }
         }
-        let overlap = self
-            .registrations
-            .range(..addr + size)
-            .next_back()
-            .filter(|(s, r)| **s + r.size > addr);
-        if let Some((&start, r)) = overlap {
+        if let Some((start, len)) = self.host.overlapping(addr, addr + size) {
             return Err(self.err(
                 CudaCode::HOST_MEMORY_ALREADY_REGISTERED,
-                format!(
-                    "{addr:#x}+{size} overlaps the registered range {start:#x}+{}",
-                    r.size
-                ),
+                format!("{addr:#x}+{size} overlaps the registered range {start:#x}+{len}"),
             ));
         }
-        self.registrations.insert(
+        self.host.register(
             addr,
             Registration {
                 size,
@@ -177,14 +163,14 @@ impl State {
     }
 
     pub(crate) fn host_unregister(&mut self, p: u32, addr: u64) -> DriverResult<()> {
-        match self.registrations.get(&addr) {
+        match self.host.registration(addr) {
             Some(r) if r.process == p => {
                 let size = r.size;
                 // Unpinning with stream work still using the range races with it.
                 if let Some((base, _)) = self.containing(addr) {
                     self.host_touch(p, base, addr, addr + size, "cuMemHostUnregister");
                 }
-                self.registrations.remove(&addr);
+                self.host.unregister(addr);
                 self.charge(
                     p,
                     self.cfg
@@ -204,14 +190,7 @@ impl State {
     pub(super) fn host_mapped(&self, alloc: &Alloc, addr: u64, len: u64) -> bool {
         match alloc.kind {
             AllocKind::Pinned { flags } => flags.mapped,
-            AllocKind::Pageable => {
-                self.registrations
-                    .range(..=addr)
-                    .next_back()
-                    .is_some_and(|(s, r)| {
-                        r.mapped && addr.checked_add(len).is_some_and(|e| e <= s + r.size)
-                    })
-            }
+            AllocKind::Pageable => self.host.is_mapped(addr, len),
             _ => false,
         }
     }
