@@ -1,6 +1,6 @@
 //! Which free lists a stream uses: each stream gets a slot of its own lists, up to
-//! [`MAX_SLOTS`](super::MAX_SLOTS); past that, a new stream takes over a slot with no free block, or
-//! puts one in quarantine. Moving a stream's free blocks to another (`adopt`, `unify`) is here too.
+//! [`MAX_SLOTS`]; past that, a new stream takes over a slot with no free block, or puts one in
+//! quarantine. Moving a stream's free blocks to another (`adopt`, `unify`) is here too.
 
 use crate::driver::StreamId;
 use crate::mr::detail::tlsf::TlsfIndex;
