@@ -1,5 +1,5 @@
-//! [`MaskCheckedSlice`]: a non-empty slice of power-of-two length indexed by numbers checked against a
-//! mask, with no bounds check of the usual form.
+//! [`MaskCheckedSlice`]: a non-empty slice of power-of-two length indexed by numbers checked
+//! against a mask, with no bounds check of the usual form.
 //!
 //! The pool's block slab has a power-of-two length, so the numbers that name its elements are
 //! exactly those with no bit outside one mask. A number is checked with one `test` against it

@@ -1,5 +1,5 @@
-//! [`PoolBacking`]: where a pool's memory comes from — chunks from its upstream, or one expandable
-//! segment from its upstream's driver — decided when it first takes memory.
+//! [`PoolBacking`]: where a pool's memory comes from — chunks from its upstream, or one
+//! expandable segment from its upstream's driver — decided when it first takes memory.
 
 use crate::driver::Driver;
 use crate::error::DriverResult;
