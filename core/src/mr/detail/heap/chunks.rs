@@ -32,9 +32,9 @@ impl CoalescingHeap {
             owner: slot as u16,
             class: 0,
         });
-        if self.wilderness {
+        if self.keeps_wilderness {
             debug_assert!(self.chunks.is_empty(), "a segment is one chunk");
-            self.wild = Some(i);
+            self.wilderness_block = Some(i);
         } else {
             self.lists[slot].index.insert(&mut self.slab.view(), i);
         }
@@ -44,7 +44,7 @@ impl CoalescingHeap {
             first: i,
             mark: 0,
         });
-        if !self.wilderness {
+        if !self.keeps_wilderness {
             let chunks = &self.chunks;
             self.chunk_pos
                 .insert(base, chunks.len() as u32 - 1, |k| chunks[k as usize].base);
@@ -145,7 +145,7 @@ impl CoalescingHeap {
     /// O(chunks).
     pub(crate) fn take_free_chunks(&mut self, mut keep: usize) -> Vec<(Chunk, StreamId)> {
         let mut out = Vec::new();
-        if self.wilderness {
+        if self.keeps_wilderness {
             // A segment's memory goes back through `segment_end`, never as chunks.
             return out;
         }
@@ -183,7 +183,7 @@ impl CoalescingHeap {
     /// `None` for one that still had live blocks.
     pub(crate) fn take_all_chunks(&mut self) -> Vec<(Chunk, Option<StreamId>)> {
         debug_assert!(
-            !self.wilderness,
+            !self.keeps_wilderness,
             "a segment is given back whole by its owner"
         );
         let free = self.take_free_chunks(0);

@@ -96,7 +96,7 @@ impl CoalescingHeap {
                 n
             })
             .sum::<usize>();
-        if let Some(w) = self.wild {
+        if let Some(w) = self.wilderness_block {
             let b = &blocks[w];
             if !b.is_free() || b.next_phys != NIL || filed.contains(&w) {
                 return Err(format!(
@@ -105,7 +105,7 @@ impl CoalescingHeap {
                 ));
             }
         }
-        let free_in_chunks = free_in_chunks - usize::from(self.wild.is_some());
+        let free_in_chunks = free_in_chunks - usize::from(self.wilderness_block.is_some());
         if filed.len() != free_in_chunks {
             return Err(format!(
                 "{} blocks filed, {free_in_chunks} free in chunks",

@@ -129,9 +129,9 @@ pub(crate) struct CoalescingHeap {
     /// Bytes in live blocks (granule-rounded).
     pub(super) live_bytes: u64,
     /// Whether the free last block of a chunk is kept as the wilderness (`segment_end`).
-    pub(super) wilderness: bool,
-    /// The wilderness: a free last block, in no list.
-    pub(super) wild: Option<u32>,
+    pub(super) keeps_wilderness: bool,
+    /// The wilderness: a free last block, in no list; `None` unless `keeps_wilderness`.
+    pub(super) wilderness_block: Option<u32>,
     /// Chunk base → index in `chunks` (chunks only, not a segment), for giving one chunk back
     /// in O(1).
     chunk_pos: AddrMap,
@@ -170,7 +170,7 @@ impl CoalescingHeap {
 
     /// Number of free blocks, all streams together.
     pub(crate) fn free_blocks(&self) -> usize {
-        usize::from(self.wild.is_some())
+        usize::from(self.wilderness_block.is_some())
             + self
                 .quarantine
                 .as_ref()
@@ -315,8 +315,8 @@ impl CoalescingHeap {
             lists,
             live_blocks,
             live_bytes,
-            wilderness,
-            wild,
+            keeps_wilderness,
+            wilderness_block,
             ..
         } = self;
         let index = &mut lists[slot].index;
@@ -333,7 +333,13 @@ impl CoalescingHeap {
         }
         let size = b.size();
         *live_bytes -= size;
-        let merged = file_free(&mut blocks, index, (*wilderness, wild), slot, i);
+        let merged = file_free(
+            &mut blocks,
+            index,
+            (*keeps_wilderness, wilderness_block),
+            slot,
+            i,
+        );
         let merged = &blocks[merged];
         let whole = merged.prev_phys == NIL && merged.next_phys == NIL;
         Ok((size, whole.then_some(merged.addr)))
@@ -342,7 +348,7 @@ impl CoalescingHeap {
     /// Marks block `i` free in `slot`, merges it with same-slot free neighbours, and files it
     /// (or makes it the wilderness when it ends up last); returns the merged block.
     pub(super) fn file_free(&mut self, slot: usize, i: u32) -> u32 {
-        let wild = (self.wilderness, &mut self.wild);
+        let wild = (self.keeps_wilderness, &mut self.wilderness_block);
         file_free(
             &mut self.slab.view(),
             &mut self.lists[slot].index,
@@ -468,7 +474,7 @@ mod tests {
     fn a_free_merges_exactly_its_same_stream_free_neighbours() {
         for wilderness in [false, true] {
             let mut h = CoalescingHeap {
-                wilderness,
+                keeps_wilderness: wilderness,
                 ..CoalescingHeap::default()
             };
             let (s0, s1) = (h.slot(S0), h.slot(S1));

@@ -75,7 +75,9 @@ impl CoalescingHeap {
             });
             return self.lists.len() - 1;
         }
-        let wild = self.wild.map(|w| usize::from(self.slab.get(w).owner));
+        let wild = self
+            .wilderness_block
+            .map(|w| usize::from(self.slab.get(w).owner));
         let free = |s: &usize| wild != Some(*s);
         let slot = match (0..self.lists.len()).find(|s| self.lists[*s].index.is_empty() && free(s))
         {
@@ -103,7 +105,9 @@ impl CoalescingHeap {
         if !self.vacant_slots.is_empty() || self.lists.len() < self.sweep_at.max(SLOT_SWEEP_MIN) {
             return;
         }
-        let wild = self.wild.map(|w| usize::from(self.slab.get(w).owner));
+        let wild = self
+            .wilderness_block
+            .map(|w| usize::from(self.slab.get(w).owner));
         for (slot, l) in self.lists.iter_mut().enumerate().skip(1) {
             if l.stream != VACANT && l.index.is_empty() && wild != Some(slot) {
                 self.slot_map.remove(&l.stream);
@@ -171,7 +175,7 @@ impl CoalescingHeap {
     /// O(free blocks of `from`).
     pub(crate) fn adopt(&mut self, to: usize, from: usize) {
         if self
-            .wild
+            .wilderness_block
             .is_some_and(|w| usize::from(self.slab.get(w).owner) == from)
         {
             self.take_wild(to);
@@ -194,7 +198,9 @@ impl CoalescingHeap {
     ///
     /// O(free blocks).
     pub(crate) fn unify(&mut self, to: usize) {
-        let wild = self.wild.map(|w| self.slab.get(w).owner as usize);
+        let wild = self
+            .wilderness_block
+            .map(|w| self.slab.get(w).owner as usize);
         for from in 0..self.lists.len() {
             if from != to && (!self.lists[from].index.is_empty() || wild == Some(from)) {
                 self.adopt(to, from);
@@ -234,7 +240,9 @@ impl CoalescingHeap {
 
     /// How many streams' lists hold a free block, counting the quarantine as one.
     pub(crate) fn slots_with_free_blocks(&self) -> usize {
-        let wild = self.wild.map(|w| self.slab.get(w).owner as usize);
+        let wild = self
+            .wilderness_block
+            .map(|w| self.slab.get(w).owner as usize);
         usize::from(self.quarantine.is_some())
             + self
                 .lists
@@ -324,7 +332,7 @@ mod tests {
     #[test]
     fn the_slot_holding_the_wilderness_is_never_put_in_quarantine() {
         let mut h = CoalescingHeap {
-            wilderness: true,
+            keeps_wilderness: true,
             ..CoalescingHeap::default()
         };
         let s0 = h.slot(StreamId(0));
