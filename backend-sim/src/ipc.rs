@@ -9,7 +9,7 @@
 use emm_core::{CudaCode, DriverResult, IpcMemHandle};
 
 use crate::memory::Region;
-use crate::state::{Kind, State};
+use crate::state::{AllocKind, State};
 
 const MAGIC: &[u8; 8] = b"emm-sim\0";
 
@@ -44,7 +44,7 @@ impl State {
             }
         };
         let device = match a.kind {
-            Kind::Device { device } => device,
+            AllocKind::Device { device } => device,
             _ => {
                 return Err(self.err(
                     CudaCode::INVALID_VALUE,
@@ -119,7 +119,7 @@ impl State {
             alias,
             size,
             0,
-            Kind::IpcAlias {
+            AllocKind::IpcAlias {
                 target: base,
                 serial,
             },
@@ -133,7 +133,7 @@ impl State {
         self.charge(p, self.cfg.costs.ipc_ns);
         let serial = match self.allocs.get(&addr) {
             Some(a) if a.process == p => match a.kind {
-                Kind::IpcAlias { serial, .. } => serial,
+                AllocKind::IpcAlias { serial, .. } => serial,
                 _ => return Err(self.err(CudaCode::INVALID_VALUE, format!("{addr:#x} is {}, not an open IPC mapping", a.kind.describe()))),
             },
             _ => return Err(self.err(CudaCode::INVALID_VALUE, format!("{addr:#x} is not an open IPC mapping of this process (never opened, or closed already)"))),

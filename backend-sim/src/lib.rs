@@ -9,12 +9,16 @@
 //! - [`config`]: [`SimConfig`], the cost model and injected faults.
 //! - `driver`: [`SimDriver`], one simulated process, and its `Driver` implementation.
 //! - `state`: the machine's state behind one lock.
+//! - `driver_pool_table`: the driver memory pools, a part the state owns.
+//! - `host_regions`: host memory in use and the registered ranges, a part the state owns.
 //! - `memory`: allocations, contents and the checks on every access.
 //! - `streams`: streams and events on virtual time.
 //! - `managed`: managed-memory residency, migration, advice and oversubscription.
 //! - `ipc`: IPC handles between simulated processes.
-//! - `vmm`: virtual memory management: reservations, physical memory, mappings, access.
-//! - `reservation`: what is mapped in a reservation, and the check on every access to one.
+//! - `vmm`: virtual memory management: reserve, create, map, grant access, and the check on
+//!   every access to a reservation.
+//! - `managed_range`: the pages and advice of one managed allocation.
+//! - `reservation`: the virtual memory parts: reservations, their mappings, physical memory.
 //! - `clock`: vector clocks.
 //! - [`trace`]: the call trace and its hash.
 //! - [`report`]: violations and outstanding resources.
@@ -22,8 +26,11 @@
 mod clock;
 pub mod config;
 mod driver;
+mod driver_pool_table;
+mod host_regions;
 mod ipc;
 mod managed;
+mod managed_range;
 mod memory;
 pub mod report;
 mod reservation;
@@ -34,7 +41,7 @@ mod vmm;
 
 pub use config::{CostModel, Fault, SimConfig, GIB, MIB};
 pub use driver::SimDriver;
-pub use managed::ManagedAdvice;
+pub use managed_range::ManagedAdvice;
 pub use report::{Leak, Outstanding, SimReport, Violation};
 pub use state::{ManagedStats, POISON};
 pub use trace::{CallKind, TraceEvent};

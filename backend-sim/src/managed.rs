@@ -7,103 +7,24 @@
 //! it is, or `SetReadMostly` for reads (a copy is made once). Copies by the copy engine never
 //! migrate. Prefetches move pages on a stream.
 
-use std::collections::BTreeMap;
-
 use emm_core::{Advice, CudaCode, DeviceId, DriverResult, Location, StreamId};
 
 use crate::config::CostModel;
+use crate::managed_range::{copy_bit, ManagedAdvice, ManagedRange, Page, Span};
 use crate::memory::Region;
-use crate::state::{Kind, State, Who};
-
-/// Advice over a byte range of a managed allocation; the last covering entry wins.
-#[derive(Debug, Clone, Copy)]
-struct Span<T> {
-    start: u64,
-    end: u64,
-    value: T,
-}
-
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Page {
-    pub(crate) loc: Location,
-    pub(crate) tick: u64,
-    /// Processors holding a read-only copy (bit 0: host, bit d+1: device d).
-    pub(crate) copies: u32,
-}
-
-/// The managed part of an allocation.
-#[derive(Debug, Default)]
-pub(crate) struct ManagedRange {
-    pub(crate) attach_global: bool,
-    pub(crate) pages: BTreeMap<u64, Page>,
-    preferred: Vec<Span<Option<Location>>>,
-    accessed_by: Vec<Span<(Location, bool)>>,
-    read_mostly: Vec<Span<bool>>,
-}
-
-/// The advice in force for one byte of managed memory.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct ManagedAdvice {
-    /// `SetPreferredLocation`, if set.
-    pub preferred_location: Option<Location>,
-    /// Processors with `SetAccessedBy`.
-    pub accessed_by: Vec<Location>,
-    /// `SetReadMostly`.
-    pub read_mostly: bool,
-    /// Allocated with `CU_MEM_ATTACH_GLOBAL` (else `CU_MEM_ATTACH_HOST`).
-    pub attach_global: bool,
-}
-
-fn last<T: Copy>(spans: &[Span<T>], off: u64) -> Option<T> {
-    spans
-        .iter()
-        .rev()
-        .find(|s| s.start <= off && off < s.end)
-        .map(|s| s.value)
-}
-
-fn copy_bit(loc: Location) -> u32 {
-    match loc {
-        Location::Host => 1,
-        Location::Device(d) => 1 << ((d.0 + 1) % 32),
-    }
-}
-
-impl ManagedRange {
-    pub(crate) fn advice_at(&self, off: u64) -> ManagedAdvice {
-        let mut accessed_by: Vec<Location> = Vec::new();
-        for s in self
-            .accessed_by
-            .iter()
-            .filter(|s| s.start <= off && off < s.end)
-        {
-            let (loc, set) = s.value;
-            accessed_by.retain(|l| *l != loc);
-            if set {
-                accessed_by.push(loc);
-            }
-        }
-        accessed_by.sort();
-        ManagedAdvice {
-            preferred_location: last(&self.preferred, off).flatten(),
-            accessed_by,
-            read_mostly: last(&self.read_mostly, off).unwrap_or(false),
-            attach_global: self.attach_global,
-        }
-    }
-}
+use crate::state::{Accessor, AllocKind, State};
 
 impl State {
     fn managed_range(&self, base: u64) -> Option<&ManagedRange> {
         match &self.allocs.get(&base)?.kind {
-            Kind::Managed(r) => Some(r),
+            AllocKind::Managed(r) => Some(r),
             _ => None,
         }
     }
 
     fn managed_range_mut(&mut self, base: u64) -> Option<&mut ManagedRange> {
         match &mut self.allocs.get_mut(&base)?.kind {
-            Kind::Managed(r) => Some(r),
+            AllocKind::Managed(r) => Some(r),
             _ => None,
         }
     }
@@ -141,7 +62,7 @@ impl State {
             attach_global,
             ..ManagedRange::default()
         };
-        self.insert_alloc(base, size, rounded, Kind::Managed(Box::new(range)), p);
+        self.insert_alloc(base, size, rounded, AllocKind::Managed(Box::new(range)), p);
         let extra = (size.min(256 << 20) as f64 / (256u64 << 20) as f64 * 28_000.0) as u64;
         self.charge(p, self.cfg.costs.managed_alloc_ns + extra);
         Ok(base)
@@ -225,7 +146,7 @@ impl State {
         base: u64,
         addr: u64,
         len: u64,
-        who: Who,
+        who: Accessor,
         migrate: bool,
         write: bool,
     ) -> u64 {
@@ -412,7 +333,7 @@ impl State {
             epoch,
             true,
             "cuMemPrefetchAsync",
-            Who::Stream(s),
+            Accessor::Stream(s),
         );
         Ok(())
     }

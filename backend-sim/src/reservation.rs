@@ -1,12 +1,9 @@
-//! [`Reservation`]: what is mapped in one address reservation, and the check every
-//! device-side access to a reservation goes through: each byte mapped, with access granted.
+//! The virtual memory parts the machine's state holds: [`Reservation`], what is mapped in one
+//! address reservation, its [`Mapping`]s, and [`Phys`], physical memory from `cuMemCreate`. The
+//! operations on them, and the check every device-side access to a reservation goes through,
+//! are in `vmm`.
 
 use std::collections::BTreeMap;
-
-use emm_core::{CudaCode, DriverResult};
-
-use crate::report::Violation;
-use crate::state::{Kind, State};
 
 /// Unmapped ranges a reservation remembers, to tell a use after unmap from a wild access.
 const UNMAPPED_MEMORY: usize = 4096;
@@ -30,6 +27,14 @@ pub(crate) struct Mapping {
 }
 
 impl Mapping {
+    /// Whether `device` may access the mapping (with no device: whether any may).
+    pub(crate) fn grants(&self, device: Option<u32>) -> bool {
+        match device {
+            Some(d) => self.access & (1 << d) != 0,
+            None => self.access != 0,
+        }
+    }
+
     /// A mapping of the first `size` bytes of physical memory `handle`, with no access yet.
     pub(crate) fn new(size: u64, handle: u64) -> Self {
         Mapping {
@@ -107,7 +112,7 @@ impl Reservation {
         }
     }
 
-    fn was_unmapped(&self, addr: u64) -> bool {
+    pub(crate) fn was_unmapped(&self, addr: u64) -> bool {
         self.unmapped
             .range(..=addr)
             .next_back()
@@ -115,89 +120,15 @@ impl Reservation {
     }
 }
 
-impl State {
-    /// The reservation at `base`, mutably.
-    pub(crate) fn reservation_mut(&mut self, base: u64) -> Option<&mut Reservation> {
-        match self.allocs.get_mut(&base).map(|a| &mut a.kind) {
-            Some(Kind::Reserved(r)) => Some(r),
-            _ => None,
-        }
-    }
-
-    /// The reservation at `base`.
-    pub(crate) fn reservation(&self, base: u64) -> Option<&Reservation> {
-        match self.allocs.get(&base).map(|a| &a.kind) {
-            Some(Kind::Reserved(r)) => Some(r),
-            _ => None,
-        }
-    }
-
-    /// Checks a device-side access of `len` bytes at `addr` in the reservation at `base`:
-    /// every byte mapped, and access granted (to `device`, when the access is a kernel's).
-    pub(crate) fn check_mapped(
-        &mut self,
-        base: u64,
-        addr: u64,
-        len: u64,
-        device: Option<u32>,
-    ) -> DriverResult<()> {
-        let Some(r) = self.reservation(base) else {
-            return Ok(());
-        };
-        let mut denied = None;
-        let gap = r.first_gap(addr, addr + len, |b, m| {
-            let ok = match device {
-                Some(d) => m.access & (1 << d) != 0,
-                None => m.access != 0,
-            };
-            if !ok {
-                denied.get_or_insert(b);
-            }
-        });
-        let gap = gap.map(|at| (at, r.was_unmapped(at)));
-        let (call, caller) = (self.call.name(), self.caller);
-        match (gap, denied) {
-            (Some((at, true)), _) => {
-                self.violate(Violation::UseAfterFree {
-                    call,
-                    addr: at,
-                    caller,
-                });
-                Err(self.err(
-                    CudaCode::ILLEGAL_ADDRESS,
-                    format!("{at:#x} was unmapped; it is used after free"),
-                ))
-            }
-            (Some((at, false)), _) => {
-                self.violate(Violation::OutOfBounds {
-                    call,
-                    addr,
-                    len,
-                    caller,
-                });
-                Err(self.err(
-                    CudaCode::ILLEGAL_ADDRESS,
-                    format!("{at:#x} is reserved but not mapped; map memory there first"),
-                ))
-            }
-            (None, Some(at)) => Err(self.err(
-                CudaCode::ILLEGAL_ADDRESS,
-                format!(
-                    "the mapping at {at:#x} grants no access{}; call cuMemSetAccess",
-                    device.map_or(String::new(), |d| format!(" to device {d}"))
-                ),
-            )),
-            (None, None) => Ok(()),
-        }
-    }
-
-    /// The mapping holding `addr` in the reservation at `base`: its address and size.
-    pub(crate) fn mapping_at(&self, base: u64, addr: u64) -> Option<(u64, u64)> {
-        let (&b, m) = self
-            .reservation(base)?
-            .mappings
-            .range(..=addr)
-            .next_back()?;
-        (addr < b + m.size).then_some((b, m.size))
-    }
+/// Physical memory from `cuMemCreate`.
+#[derive(Debug)]
+pub(crate) struct Phys {
+    pub(crate) size: u64,
+    pub(crate) device: u32,
+    pub(crate) process: u32,
+    pub(crate) caller: &'static str,
+    /// Where its bytes are kept while it is not mapped.
+    pub(crate) store: u64,
+    /// The address of its one mapping, if mapped.
+    pub(crate) mapped_at: Option<u64>,
 }

@@ -12,6 +12,8 @@ use emm_core::{CudaCode, DeviceId, DriverError, DriverResult, HostAllocFlags, Lo
 
 use crate::clock::{Actor, VClock};
 use crate::config::{Fault, SimConfig};
+use crate::driver_pool_table::DriverPools;
+use crate::host_regions::HostRegions;
 use crate::report::Violation;
 use crate::trace::{CallKind, Trace};
 
@@ -43,15 +45,16 @@ pub(crate) const FREED_MEMORY: usize = 1 << 16;
 /// Accesses remembered per allocation for race detection.
 pub(crate) const ACCESS_MEMORY: usize = 256;
 
-/// What kind of memory an allocation is.
+/// What kind of memory an allocation is; it also holds the per-kind part (a managed range, a
+/// reservation).
 #[derive(Debug)]
-pub(crate) enum Kind {
+pub(crate) enum AllocKind {
     /// `cuMemAlloc`.
     Device { device: u32 },
     /// A stream-ordered allocation from a driver pool.
     PoolBlock { device: u32, pool: u64 },
     /// `cuMemAllocManaged`.
-    Managed(Box<crate::managed::ManagedRange>),
+    Managed(Box<crate::managed_range::ManagedRange>),
     /// `cuMemHostAlloc`.
     Pinned { flags: HostAllocFlags },
     /// `malloc`.
@@ -62,16 +65,16 @@ pub(crate) enum Kind {
     Reserved(Box<crate::reservation::Reservation>),
 }
 
-impl Kind {
+impl AllocKind {
     pub(crate) fn describe(&self) -> &'static str {
         match self {
-            Kind::Device { .. } => "device memory from cuMemAlloc",
-            Kind::PoolBlock { .. } => "stream-ordered memory from cuMemAllocAsync",
-            Kind::Managed(_) => "managed memory",
-            Kind::Pinned { .. } => "pinned host memory",
-            Kind::Pageable => "pageable host memory",
-            Kind::IpcAlias { .. } => "an opened IPC mapping",
-            Kind::Reserved(_) => "a virtual address reservation from cuMemAddressReserve",
+            AllocKind::Device { .. } => "device memory from cuMemAlloc",
+            AllocKind::PoolBlock { .. } => "stream-ordered memory from cuMemAllocAsync",
+            AllocKind::Managed(_) => "managed memory",
+            AllocKind::Pinned { .. } => "pinned host memory",
+            AllocKind::Pageable => "pageable host memory",
+            AllocKind::IpcAlias { .. } => "an opened IPC mapping",
+            AllocKind::Reserved(_) => "a virtual address reservation from cuMemAddressReserve",
         }
     }
 }
@@ -93,7 +96,7 @@ pub(crate) struct Alloc {
     pub(crate) size: u64,
     /// Bytes accounted against the device or host (rounded).
     pub(crate) reserved: u64,
-    pub(crate) kind: Kind,
+    pub(crate) kind: AllocKind,
     pub(crate) process: u32,
     pub(crate) serial: u64,
     pub(crate) caller: &'static str,
@@ -157,31 +160,6 @@ pub(crate) struct Event {
     pub(crate) recorded: Option<(VClock, u64)>,
 }
 
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct FreeBlock {
-    pub(crate) freed_on: Option<(Actor, u64)>,
-    pub(crate) done_at: u64,
-}
-
-#[derive(Debug)]
-pub(crate) struct Pool {
-    pub(crate) device: u32,
-    pub(crate) is_default: bool,
-    pub(crate) destroyed: bool,
-    pub(crate) release_threshold: u64,
-    pub(crate) reserved: u64,
-    pub(crate) used: u64,
-    /// Free blocks by (reserved size, base).
-    pub(crate) free: BTreeMap<(u64, u64), FreeBlock>,
-}
-
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Registration {
-    pub(crate) size: u64,
-    pub(crate) mapped: bool,
-    pub(crate) process: u32,
-}
-
 /// Counters of managed memory behaviour.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ManagedStats {
@@ -199,18 +177,18 @@ pub struct ManagedStats {
     pub remote_accesses: u64,
 }
 
-/// Who touches memory.
+/// Who touches memory: the host (a CPU load or store) or a stream (a kernel or a copy on it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Who {
+pub(crate) enum Accessor {
     Host,
     Stream(u64),
 }
 
-impl Who {
+impl Accessor {
     pub(crate) fn location(self, st: &State) -> Location {
         match self {
-            Who::Host => Location::Host,
-            Who::Stream(s) => st
+            Accessor::Host => Location::Host,
+            Accessor::Stream(s) => st
                 .streams
                 .get(&s)
                 .map_or(Location::Host, |s| Location::Device(DeviceId(s.device))),
@@ -227,11 +205,10 @@ pub(crate) struct State {
     pub(crate) contexts: Vec<Ctx>,
     pub(crate) streams: BTreeMap<u64, Stream>,
     pub(crate) events: BTreeMap<u64, Event>,
-    pub(crate) pools: BTreeMap<u64, Pool>,
+    pub(crate) pools: DriverPools,
     pub(crate) allocs: BTreeMap<u64, Alloc>,
     /// Recently freed allocations: base → size.
     pub(crate) freed: BTreeMap<u64, u64>,
-    pub(crate) registrations: BTreeMap<u64, Registration>,
     /// Per-thread default streams by (context, thread).
     pub(crate) per_thread_streams: BTreeMap<(u32, u64), u64>,
     /// The exporting host's clock when each IPC handle was last made: opening a handle
@@ -239,7 +216,7 @@ pub(crate) struct State {
     pub(crate) ipc_exports: BTreeMap<u64, VClock>,
     pub(crate) contents: BTreeMap<u64, Box<[u8]>>,
     /// Physical memory from `cuMemCreate`, by handle.
-    pub(crate) phys: BTreeMap<u64, crate::vmm::Phys>,
+    pub(crate) phys: BTreeMap<u64, crate::reservation::Phys>,
     /// The next free address for reservations.
     pub(crate) reserve_va_next: u64,
     /// The next free address in the store of unmapped physical memory's bytes.
@@ -248,7 +225,8 @@ pub(crate) struct State {
     pub(crate) lru: Vec<BTreeMap<u64, (u64, u64)>>,
     pub(crate) lru_tick: u64,
     pub(crate) managed_stats: ManagedStats,
-    pub(crate) host_used: u64,
+    /// Host memory in use and the registered ranges.
+    pub(crate) host: HostRegions,
     pub(crate) trace: Trace,
     pub(crate) violations: Vec<Violation>,
     pub(crate) faults: Vec<(Fault, u64)>,
@@ -292,10 +270,9 @@ impl State {
             contexts: Vec::new(),
             streams: BTreeMap::new(),
             events: BTreeMap::new(),
-            pools: BTreeMap::new(),
+            pools: DriverPools::default(),
             allocs: BTreeMap::new(),
             freed: BTreeMap::new(),
-            registrations: BTreeMap::new(),
             per_thread_streams: BTreeMap::new(),
             ipc_exports: BTreeMap::new(),
             contents: BTreeMap::new(),
@@ -306,7 +283,7 @@ impl State {
             lru: Vec::new(),
             lru_tick: 0,
             managed_stats: ManagedStats::default(),
-            host_used: 0,
+            host: HostRegions::new(cfg.host_memory),
             trace: Trace::new(cfg.record_trace),
             violations: Vec::new(),
             faults: cfg.faults.iter().cloned().map(|f| (f, 0)).collect(),
@@ -319,18 +296,7 @@ impl State {
         };
         for d in 0..st.cfg.devices {
             let pool = st.handle();
-            st.pools.insert(
-                pool,
-                Pool {
-                    device: d,
-                    is_default: true,
-                    destroyed: false,
-                    release_threshold: 0,
-                    reserved: 0,
-                    used: 0,
-                    free: BTreeMap::new(),
-                },
-            );
+            st.pools.create(pool, d, true);
             st.devices.push(Device {
                 total: st.cfg.memory_per_device,
                 used: 0,

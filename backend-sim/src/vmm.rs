@@ -2,7 +2,7 @@
 //! (`cuMemAddressReserve`, `cuMemCreate`, `cuMemMap`, `cuMemSetAccess`, `cuMemUnmap`,
 //! `cuMemRelease`, `cuMemAddressFree`).
 //!
-//! A reservation is an allocation of kind `Kind::Reserved` spanning its whole range, so the
+//! A reservation is an allocation of kind `AllocKind::Reserved` spanning its whole range, so the
 //! checks every access goes through — bounds, use after free, races — treat it as one
 //! allocation, and an access may run from one mapping into the next as on a GPU. `reservation`
 //! then requires every byte an access touches to be mapped with access granted: a byte that
@@ -22,23 +22,10 @@ use emm_core::units::Bytes;
 use emm_core::{CudaCode, DeviceId, DriverResult};
 
 use crate::report::Violation;
-use crate::reservation::Mapping;
+use crate::reservation::{Mapping, Phys, Reservation};
 use crate::state::{
-    round_up, Kind, State, Who, IPC_VA, PHYS_STORE, RESERVE_SPAN, RESERVE_VA, VA_SPAN,
+    round_up, Accessor, AllocKind, State, IPC_VA, PHYS_STORE, RESERVE_SPAN, RESERVE_VA, VA_SPAN,
 };
-
-/// Physical memory from `cuMemCreate`.
-#[derive(Debug)]
-pub(crate) struct Phys {
-    pub(crate) size: u64,
-    pub(crate) device: u32,
-    pub(crate) process: u32,
-    pub(crate) caller: &'static str,
-    /// Where its bytes are kept while it is not mapped.
-    store: u64,
-    /// The address of its one mapping, if mapped.
-    pub(crate) mapped_at: Option<u64>,
-}
 
 impl State {
     /// The allocation granularity, or `NOT_SUPPORTED` when the machine has no virtual memory
@@ -112,7 +99,7 @@ impl State {
             }
         };
         self.reserve_va_next = end;
-        self.insert_alloc(base, size, 0, Kind::Reserved(Box::default()), p);
+        self.insert_alloc(base, size, 0, AllocKind::Reserved(Box::default()), p);
         self.charge(p, self.cfg.costs.vmm_reserve_ns);
         Ok(base)
     }
@@ -120,7 +107,9 @@ impl State {
     pub(crate) fn mem_address_free(&mut self, p: u32, ptr: u64, size: u64) -> DriverResult<()> {
         let (reserved, mapped) = match self.allocs.get(&ptr) {
             Some(a) if a.process == p => match &a.kind {
-                Kind::Reserved(r) => (a.size, r.mappings.iter().next().map(|(&b, m)| (b, m.size))),
+                AllocKind::Reserved(r) => {
+                    (a.size, r.mappings.iter().next().map(|(&b, m)| (b, m.size)))
+                }
                 _ => return Err(self.bad_free(p, ptr, "an address reservation")),
             },
             _ => return Err(self.bad_free(p, ptr, "an address reservation")),
@@ -208,7 +197,7 @@ impl State {
         match self.containing(ptr) {
             Some((base, a))
                 if a.process == p
-                    && matches!(a.kind, Kind::Reserved(_))
+                    && matches!(a.kind, AllocKind::Reserved(_))
                     && ptr.checked_add(len).is_some_and(|e| e <= base + a.size) =>
             {
                 Ok(base)
@@ -304,7 +293,16 @@ impl State {
             let pr = &mut self.processes[p as usize];
             (pr.host_actor, pr.clock.tick(pr.host_actor))
         };
-        self.check_races(base, ptr, end, actor, epoch, true, "cuMemUnmap", Who::Host);
+        self.check_races(
+            base,
+            ptr,
+            end,
+            actor,
+            epoch,
+            true,
+            "cuMemUnmap",
+            Accessor::Host,
+        );
         for (at, m) in whole {
             let store = self.phys.get_mut(&m.handle).map(|ph| {
                 ph.mapped_at = None;
@@ -389,3 +387,86 @@ impl State {
 // The store of unmapped bytes and the reservations lie outside every device's range.
 const _: () =
     assert!(PHYS_STORE >= RESERVE_VA + RESERVE_SPAN && RESERVE_VA >= IPC_VA + 16 * VA_SPAN);
+
+impl State {
+    /// The reservation at `base`, mutably.
+    pub(crate) fn reservation_mut(&mut self, base: u64) -> Option<&mut Reservation> {
+        match self.allocs.get_mut(&base).map(|a| &mut a.kind) {
+            Some(AllocKind::Reserved(r)) => Some(r),
+            _ => None,
+        }
+    }
+
+    /// The reservation at `base`.
+    pub(crate) fn reservation(&self, base: u64) -> Option<&Reservation> {
+        match self.allocs.get(&base).map(|a| &a.kind) {
+            Some(AllocKind::Reserved(r)) => Some(r),
+            _ => None,
+        }
+    }
+
+    /// Checks a device-side access of `len` bytes at `addr` in the reservation at `base`:
+    /// every byte mapped, and access granted (to `device`, when the access is a kernel's).
+    pub(crate) fn check_mapped(
+        &mut self,
+        base: u64,
+        addr: u64,
+        len: u64,
+        device: Option<u32>,
+    ) -> DriverResult<()> {
+        let Some(r) = self.reservation(base) else {
+            return Ok(());
+        };
+        let mut denied = None;
+        let gap = r.first_gap(addr, addr + len, |b, m| {
+            if !m.grants(device) {
+                denied.get_or_insert(b);
+            }
+        });
+        let gap = gap.map(|at| (at, r.was_unmapped(at)));
+        let (call, caller) = (self.call.name(), self.caller);
+        match (gap, denied) {
+            (Some((at, true)), _) => {
+                self.violate(Violation::UseAfterFree {
+                    call,
+                    addr: at,
+                    caller,
+                });
+                Err(self.err(
+                    CudaCode::ILLEGAL_ADDRESS,
+                    format!("{at:#x} was unmapped; it is used after free"),
+                ))
+            }
+            (Some((at, false)), _) => {
+                self.violate(Violation::OutOfBounds {
+                    call,
+                    addr,
+                    len,
+                    caller,
+                });
+                Err(self.err(
+                    CudaCode::ILLEGAL_ADDRESS,
+                    format!("{at:#x} is reserved but not mapped; map memory there first"),
+                ))
+            }
+            (None, Some(at)) => Err(self.err(
+                CudaCode::ILLEGAL_ADDRESS,
+                format!(
+                    "the mapping at {at:#x} grants no access{}; call cuMemSetAccess",
+                    device.map_or(String::new(), |d| format!(" to device {d}"))
+                ),
+            )),
+            (None, None) => Ok(()),
+        }
+    }
+
+    /// The mapping holding `addr` in the reservation at `base`: its address and size.
+    pub(crate) fn mapping_at(&self, base: u64, addr: u64) -> Option<(u64, u64)> {
+        let (&b, m) = self
+            .reservation(base)?
+            .mappings
+            .range(..=addr)
+            .next_back()?;
+        (addr < b + m.size).then_some((b, m.size))
+    }
+}

@@ -450,290 +450,99 @@ pub trait Driver: Send + Sync + 'static {
     fn host_write(&self, dst: HostPtr, src: &[u8]) -> DriverResult<()>;
 }
 
-/// A shared driver is a driver: `Arc<dyn Driver>` (and `Arc<D>`) can stand wherever a driver
-/// is taken by value, e.g. `CudaResource<Arc<dyn Driver>>` for a driver chosen at run time.
-impl<T: Driver + ?Sized> Driver for std::sync::Arc<T> {
-    #[inline]
-    fn backend_name(&self) -> &'static str {
-        (**self).backend_name()
-    }
-    #[inline]
-    fn is_simulated(&self) -> bool {
-        (**self).is_simulated()
-    }
-    #[inline]
-    fn device_count(&self) -> DriverResult<u32> {
-        (**self).device_count()
-    }
-    #[inline]
-    fn device_properties(&self, device: DeviceId) -> DriverResult<DeviceProperties> {
-        (**self).device_properties(device)
-    }
-    #[inline]
-    fn primary_context(&self, device: DeviceId) -> DriverResult<ContextId> {
-        (**self).primary_context(device)
-    }
-    #[inline]
-    fn set_current_context(&self, ctx: ContextId) -> DriverResult<()> {
-        (**self).set_current_context(ctx)
-    }
-    #[inline]
-    fn current_context(&self) -> DriverResult<ContextId> {
-        (**self).current_context()
-    }
-    #[inline]
-    fn context_device(&self, ctx: ContextId) -> DriverResult<DeviceId> {
-        (**self).context_device(ctx)
-    }
-    #[inline]
-    fn context_synchronize(&self) -> DriverResult<()> {
-        (**self).context_synchronize()
-    }
-    #[inline]
-    fn can_access_peer(&self, device: DeviceId, peer: DeviceId) -> DriverResult<bool> {
-        (**self).can_access_peer(device, peer)
-    }
-    #[inline]
-    fn enable_peer_access(&self, peer: ContextId) -> DriverResult<()> {
-        (**self).enable_peer_access(peer)
-    }
-    #[inline]
-    fn mem_alloc(&self, size: usize) -> DriverResult<DevicePtr> {
-        (**self).mem_alloc(size)
-    }
-    #[inline]
-    fn mem_free(&self, ptr: DevicePtr) -> DriverResult<()> {
-        (**self).mem_free(ptr)
-    }
-    #[inline]
-    fn mem_alloc_async(&self, size: usize, stream: StreamId) -> DriverResult<DevicePtr> {
-        (**self).mem_alloc_async(size, stream)
-    }
-    #[inline]
-    fn mem_alloc_from_pool_async(
-        &self,
-        size: usize,
-        pool: MemPoolId,
-        stream: StreamId,
-    ) -> DriverResult<DevicePtr> {
-        (**self).mem_alloc_from_pool_async(size, pool, stream)
-    }
-    #[inline]
-    fn mem_free_async(&self, ptr: DevicePtr, stream: StreamId) -> DriverResult<()> {
-        (**self).mem_free_async(ptr, stream)
-    }
-    #[inline]
-    fn mem_pool_create(&self, device: DeviceId) -> DriverResult<MemPoolId> {
-        (**self).mem_pool_create(device)
-    }
-    #[inline]
-    fn mem_pool_destroy(&self, pool: MemPoolId) -> DriverResult<()> {
-        (**self).mem_pool_destroy(pool)
-    }
-    #[inline]
-    fn device_default_mem_pool(&self, device: DeviceId) -> DriverResult<MemPoolId> {
-        (**self).device_default_mem_pool(device)
-    }
-    #[inline]
-    fn mem_pool_set_release_threshold(&self, pool: MemPoolId, bytes: u64) -> DriverResult<()> {
-        (**self).mem_pool_set_release_threshold(pool, bytes)
-    }
-    #[inline]
-    fn mem_pool_trim_to(&self, pool: MemPoolId, min_bytes_to_keep: u64) -> DriverResult<()> {
-        (**self).mem_pool_trim_to(pool, min_bytes_to_keep)
-    }
-    #[inline]
-    fn mem_pool_usage(&self, pool: MemPoolId) -> DriverResult<MemPoolUsage> {
-        (**self).mem_pool_usage(pool)
-    }
-    #[inline]
-    fn mem_get_allocation_granularity(&self, device: DeviceId) -> DriverResult<usize> {
-        (**self).mem_get_allocation_granularity(device)
-    }
-    #[inline]
-    fn mem_address_reserve(&self, size: usize, alignment: usize) -> DriverResult<DevicePtr> {
-        (**self).mem_address_reserve(size, alignment)
-    }
-    #[inline]
-    fn mem_address_free(&self, ptr: DevicePtr, size: usize) -> DriverResult<()> {
-        (**self).mem_address_free(ptr, size)
-    }
-    #[inline]
-    fn mem_create(&self, size: usize, device: DeviceId) -> DriverResult<PhysHandle> {
-        (**self).mem_create(size, device)
-    }
-    #[inline]
-    fn mem_release(&self, handle: PhysHandle) -> DriverResult<()> {
-        (**self).mem_release(handle)
-    }
-    #[inline]
-    fn mem_map(&self, ptr: DevicePtr, size: usize, handle: PhysHandle) -> DriverResult<()> {
-        (**self).mem_map(ptr, size, handle)
-    }
-    #[inline]
-    fn mem_unmap(&self, ptr: DevicePtr, size: usize) -> DriverResult<()> {
-        (**self).mem_unmap(ptr, size)
-    }
-    #[inline]
-    fn mem_set_access(&self, ptr: DevicePtr, size: usize, device: DeviceId) -> DriverResult<()> {
-        (**self).mem_set_access(ptr, size, device)
-    }
-    #[inline]
-    fn mem_alloc_managed(&self, size: usize, attach_global: bool) -> DriverResult<DevicePtr> {
-        (**self).mem_alloc_managed(size, attach_global)
-    }
-    #[inline]
-    fn mem_advise(
-        &self,
-        ptr: DevicePtr,
-        size: usize,
-        advice: Advice,
-        location: Location,
-    ) -> DriverResult<()> {
-        (**self).mem_advise(ptr, size, advice, location)
-    }
-    #[inline]
-    fn mem_prefetch(
-        &self,
-        ptr: DevicePtr,
-        size: usize,
-        location: Location,
-        stream: StreamId,
-    ) -> DriverResult<()> {
-        (**self).mem_prefetch(ptr, size, location, stream)
-    }
-    #[inline]
-    fn host_alloc(&self, size: usize, flags: HostAllocFlags) -> DriverResult<HostPtr> {
-        (**self).host_alloc(size, flags)
-    }
-    #[inline]
-    fn host_free(&self, ptr: HostPtr) -> DriverResult<()> {
-        (**self).host_free(ptr)
-    }
-    #[inline]
-    fn host_register(&self, ptr: HostPtr, size: usize, mapped: bool) -> DriverResult<()> {
-        (**self).host_register(ptr, size, mapped)
-    }
-    #[inline]
-    fn host_unregister(&self, ptr: HostPtr) -> DriverResult<()> {
-        (**self).host_unregister(ptr)
-    }
-    #[inline]
-    fn host_device_pointer(&self, ptr: HostPtr) -> DriverResult<DevicePtr> {
-        (**self).host_device_pointer(ptr)
-    }
-    #[inline]
-    fn pageable_alloc(&self, size: usize) -> DriverResult<HostPtr> {
-        (**self).pageable_alloc(size)
-    }
-    #[inline]
-    fn pageable_free(&self, ptr: HostPtr) -> DriverResult<()> {
-        (**self).pageable_free(ptr)
-    }
-    #[inline]
-    fn mem_get_info(&self) -> DriverResult<MemInfo> {
-        (**self).mem_get_info()
-    }
-    #[inline]
-    fn mem_get_address_range(&self, ptr: DevicePtr) -> DriverResult<(DevicePtr, usize)> {
-        (**self).mem_get_address_range(ptr)
-    }
-    #[inline]
-    fn ipc_get_mem_handle(&self, base: DevicePtr) -> DriverResult<IpcMemHandle> {
-        (**self).ipc_get_mem_handle(base)
-    }
-    #[inline]
-    fn ipc_open_mem_handle(&self, handle: &IpcMemHandle) -> DriverResult<DevicePtr> {
-        (**self).ipc_open_mem_handle(handle)
-    }
-    #[inline]
-    fn ipc_close_mem_handle(&self, ptr: DevicePtr) -> DriverResult<()> {
-        (**self).ipc_close_mem_handle(ptr)
-    }
-    #[inline]
-    fn stream_create(&self, non_blocking: bool) -> DriverResult<StreamId> {
-        (**self).stream_create(non_blocking)
-    }
-    #[inline]
-    fn stream_destroy(&self, stream: StreamId) -> DriverResult<()> {
-        (**self).stream_destroy(stream)
-    }
-    #[inline]
-    fn stream_synchronize(&self, stream: StreamId) -> DriverResult<()> {
-        (**self).stream_synchronize(stream)
-    }
-    #[inline]
-    fn stream_query(&self, stream: StreamId) -> DriverResult<bool> {
-        (**self).stream_query(stream)
-    }
-    #[inline]
-    fn stream_wait_event(&self, stream: StreamId, event: EventId) -> DriverResult<()> {
-        (**self).stream_wait_event(stream, event)
-    }
-    #[inline]
-    fn event_create(&self) -> DriverResult<EventId> {
-        (**self).event_create()
-    }
-    #[inline]
-    fn event_destroy(&self, event: EventId) -> DriverResult<()> {
-        (**self).event_destroy(event)
-    }
-    #[inline]
-    fn event_record(&self, event: EventId, stream: StreamId) -> DriverResult<()> {
-        (**self).event_record(event, stream)
-    }
-    #[inline]
-    fn event_query(&self, event: EventId) -> DriverResult<bool> {
-        (**self).event_query(event)
-    }
-    #[inline]
-    fn event_synchronize(&self, event: EventId) -> DriverResult<()> {
-        (**self).event_synchronize(event)
-    }
-    #[inline]
-    fn memcpy_htod(
-        &self,
-        dst: DevicePtr,
-        src: &[u8],
-        stream: Option<StreamId>,
-    ) -> DriverResult<()> {
-        (**self).memcpy_htod(dst, src, stream)
-    }
-    #[inline]
-    fn memcpy_dtoh(
-        &self,
-        dst: &mut [u8],
-        src: DevicePtr,
-        stream: Option<StreamId>,
-    ) -> DriverResult<()> {
-        (**self).memcpy_dtoh(dst, src, stream)
-    }
-    #[inline]
-    fn memcpy_dtod(
-        &self,
-        dst: DevicePtr,
-        src: DevicePtr,
-        size: usize,
-        stream: Option<StreamId>,
-    ) -> DriverResult<()> {
-        (**self).memcpy_dtod(dst, src, size, stream)
-    }
-    #[inline]
-    fn memset_d8(
-        &self,
-        dst: DevicePtr,
-        value: u8,
-        size: usize,
-        stream: Option<StreamId>,
-    ) -> DriverResult<()> {
-        (**self).memset_d8(dst, value, size, stream)
-    }
-    #[inline]
-    fn host_read(&self, src: HostPtr, dst: &mut [u8]) -> DriverResult<()> {
-        (**self).host_read(src, dst)
-    }
-    #[inline]
-    fn host_write(&self, dst: HostPtr, src: &[u8]) -> DriverResult<()> {
-        (**self).host_write(dst, src)
-    }
+/// Every method of [`Driver`], written once: `class name(args) -> result;`, where `class` is
+/// the [`counting::CallClass`] a [`counting::CountingDriver`] counts the call as, or `Uncounted`
+/// for the calls that never reach the GPU.
+///
+/// `with_driver_methods!(m)` calls the macro `m!` with the whole list; the forwarding impls
+/// (`Arc<T>` below, `CountingDriver`) are generated from it, so a method added to the trait is
+/// added here once. A method left out of the list is a compile error in those impls, except a
+/// method with a default body: keep every method here, defaults included.
+macro_rules! with_driver_methods {
+    ($m:ident) => {
+        $m! {
+            Uncounted backend_name() -> &'static str;
+            Uncounted is_simulated() -> bool;
+            Other device_count() -> DriverResult<u32>;
+            Other device_properties(device: DeviceId) -> DriverResult<DeviceProperties>;
+            Other primary_context(device: DeviceId) -> DriverResult<ContextId>;
+            Other set_current_context(ctx: ContextId) -> DriverResult<()>;
+            Other current_context() -> DriverResult<ContextId>;
+            Other context_device(ctx: ContextId) -> DriverResult<DeviceId>;
+            Ordering context_synchronize() -> DriverResult<()>;
+            Other can_access_peer(device: DeviceId, peer: DeviceId) -> DriverResult<bool>;
+            Other enable_peer_access(peer: ContextId) -> DriverResult<()>;
+            Memory mem_alloc(size: usize) -> DriverResult<DevicePtr>;
+            Memory mem_free(ptr: DevicePtr) -> DriverResult<()>;
+            Memory mem_alloc_async(size: usize, stream: StreamId) -> DriverResult<DevicePtr>;
+            Memory mem_alloc_from_pool_async(size: usize, pool: MemPoolId, stream: StreamId) -> DriverResult<DevicePtr>;
+            Memory mem_free_async(ptr: DevicePtr, stream: StreamId) -> DriverResult<()>;
+            Other mem_pool_create(device: DeviceId) -> DriverResult<MemPoolId>;
+            Other mem_pool_destroy(pool: MemPoolId) -> DriverResult<()>;
+            Other device_default_mem_pool(device: DeviceId) -> DriverResult<MemPoolId>;
+            Other mem_pool_set_release_threshold(pool: MemPoolId, bytes: u64) -> DriverResult<()>;
+            Memory mem_pool_trim_to(pool: MemPoolId, min_bytes_to_keep: u64) -> DriverResult<()>;
+            Other mem_pool_usage(pool: MemPoolId) -> DriverResult<MemPoolUsage>;
+            Other mem_get_allocation_granularity(device: DeviceId) -> DriverResult<usize>;
+            Memory mem_address_reserve(size: usize, alignment: usize) -> DriverResult<DevicePtr>;
+            Memory mem_address_free(ptr: DevicePtr, size: usize) -> DriverResult<()>;
+            Memory mem_create(size: usize, device: DeviceId) -> DriverResult<PhysHandle>;
+            Memory mem_release(handle: PhysHandle) -> DriverResult<()>;
+            Memory mem_map(ptr: DevicePtr, size: usize, handle: PhysHandle) -> DriverResult<()>;
+            Memory mem_unmap(ptr: DevicePtr, size: usize) -> DriverResult<()>;
+            Memory mem_set_access(ptr: DevicePtr, size: usize, device: DeviceId) -> DriverResult<()>;
+            Memory mem_alloc_managed(size: usize, attach_global: bool) -> DriverResult<DevicePtr>;
+            Other mem_advise(ptr: DevicePtr, size: usize, advice: Advice, location: Location) -> DriverResult<()>;
+            Other mem_prefetch(ptr: DevicePtr, size: usize, location: Location, stream: StreamId) -> DriverResult<()>;
+            Memory host_alloc(size: usize, flags: HostAllocFlags) -> DriverResult<HostPtr>;
+            Memory host_free(ptr: HostPtr) -> DriverResult<()>;
+            Memory host_register(ptr: HostPtr, size: usize, mapped: bool) -> DriverResult<()>;
+            Memory host_unregister(ptr: HostPtr) -> DriverResult<()>;
+            Other host_device_pointer(ptr: HostPtr) -> DriverResult<DevicePtr>;
+            Other pageable_alloc(size: usize) -> DriverResult<HostPtr>;
+            Other pageable_free(ptr: HostPtr) -> DriverResult<()>;
+            Other mem_get_info() -> DriverResult<MemInfo>;
+            Other mem_get_address_range(ptr: DevicePtr) -> DriverResult<(DevicePtr, usize)>;
+            Other ipc_get_mem_handle(base: DevicePtr) -> DriverResult<IpcMemHandle>;
+            Other ipc_open_mem_handle(handle: &IpcMemHandle) -> DriverResult<DevicePtr>;
+            Other ipc_close_mem_handle(ptr: DevicePtr) -> DriverResult<()>;
+            Other stream_create(non_blocking: bool) -> DriverResult<StreamId>;
+            Other stream_destroy(stream: StreamId) -> DriverResult<()>;
+            Ordering stream_synchronize(stream: StreamId) -> DriverResult<()>;
+            Ordering stream_query(stream: StreamId) -> DriverResult<bool>;
+            Ordering stream_wait_event(stream: StreamId, event: EventId) -> DriverResult<()>;
+            Other event_create() -> DriverResult<EventId>;
+            Other event_destroy(event: EventId) -> DriverResult<()>;
+            Ordering event_record(event: EventId, stream: StreamId) -> DriverResult<()>;
+            Ordering event_query(event: EventId) -> DriverResult<bool>;
+            Ordering event_synchronize(event: EventId) -> DriverResult<()>;
+            Other memcpy_htod(dst: DevicePtr, src: &[u8], stream: Option<StreamId>) -> DriverResult<()>;
+            Other memcpy_dtoh(dst: &mut [u8], src: DevicePtr, stream: Option<StreamId>) -> DriverResult<()>;
+            Other memcpy_dtod(dst: DevicePtr, src: DevicePtr, size: usize, stream: Option<StreamId>) -> DriverResult<()>;
+            Other memset_d8(dst: DevicePtr, value: u8, size: usize, stream: Option<StreamId>) -> DriverResult<()>;
+            Other host_read(src: HostPtr, dst: &mut [u8]) -> DriverResult<()>;
+            Other host_write(dst: HostPtr, src: &[u8]) -> DriverResult<()>;
+        }
+    };
 }
+
+/// Forwards every call of a `Driver for Arc<T>` to the `T` inside.
+macro_rules! forward_to_shared_driver {
+    ($($class:ident $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;)*) => {
+        /// A shared driver is a driver: `Arc<dyn Driver>` (and `Arc<D>`) can stand wherever a
+        /// driver is taken by value, e.g. `CudaResource<Arc<dyn Driver>>` for a driver chosen at
+        /// run time.
+        impl<T: Driver + ?Sized> Driver for std::sync::Arc<T> {
+            $(
+                #[inline]
+                fn $name(&self, $($arg: $ty),*) -> $ret {
+                    (**self).$name($($arg),*)
+                }
+            )*
+        }
+    };
+}
+
+pub(crate) use with_driver_methods;
+
+with_driver_methods!(forward_to_shared_driver);

@@ -28,14 +28,14 @@ use crate::contract::{
     PendingDeallocsConfig, PinOwner, INTERFACE_VERSION,
 };
 use crate::driver::{ContextId, Driver, HostPtr, StreamId};
-use crate::managers::host_side::HostSide;
+use crate::managers::manager_base::{manager_base_methods, ManagerBase};
 
 /// The name `DefaultManager` goes by in the registry and in `EMM_MEMORY_MANAGER`.
 pub const DEFAULT_MANAGER_NAME: &str = "default";
 
 /// Numba's default memory manager: direct driver allocation, deferred deallocation.
 pub struct DefaultManager<D: Driver + ?Sized = dyn Driver> {
-    host: HostSide<D>,
+    base: ManagerBase<D>,
 }
 
 impl<D: Driver + ?Sized> DefaultManager<D> {
@@ -51,13 +51,13 @@ impl<D: Driver + ?Sized> DefaultManager<D> {
     /// A manager for `context` whose queue flushes as `config` says.
     pub fn with_config(driver: Arc<D>, context: ContextId, config: PendingDeallocsConfig) -> Self {
         DefaultManager {
-            host: HostSide::new(driver, context, Self::TAG, config),
+            base: ManagerBase::new(driver, context, Self::TAG, config),
         }
     }
 
     /// The queue of pending deallocations.
     pub fn deallocations(&self) -> &Arc<PendingDeallocs<D>> {
-        &self.host.pending
+        &self.base.pending
     }
 }
 
@@ -93,15 +93,13 @@ impl<D: Driver + ?Sized> MemoryManager for DefaultManager<D> {
         Self::TAG
     }
 
-    fn initialize(&self) -> EmmResult<()> {
-        self.host.initialize()
-    }
+    manager_base_methods!();
 
     /// # Time complexity
     ///
     /// One driver call; on out of memory, a flush and one more.
     fn memalloc(&self, size: usize) -> EmmResult<MemoryPointer> {
-        let h = &self.host;
+        let h = &self.base;
         h.check_request("memalloc", size)?;
         let _scope = CallerScope::enter(Self::TAG);
         let ptr = h
@@ -114,47 +112,23 @@ impl<D: Driver + ?Sized> MemoryManager for DefaultManager<D> {
         Ok(MemoryPointer::new(h.context, ptr, size, finalizer))
     }
 
-    fn memhostalloc(
-        &self,
-        size: usize,
-        mapped: bool,
-        portable: bool,
-        wc: bool,
-    ) -> EmmResult<HostMemory> {
-        self.host.memhostalloc(size, mapped, portable, wc)
-    }
-
-    fn mempin(
-        &self,
-        owner: Option<PinOwner>,
-        ptr: HostPtr,
-        size: usize,
-        mapped: bool,
-    ) -> EmmResult<HostMemory> {
-        self.host.mempin(owner, ptr, size, mapped)
-    }
-
-    fn memallocmanaged(&self, size: usize, attach_global: bool) -> EmmResult<ManagedMemory> {
-        self.host.memallocmanaged(size, attach_global)
-    }
-
     fn get_memory_info(&self) -> EmmResult<MemoryInfo> {
         let _scope = CallerScope::enter(Self::TAG);
-        Ok(self.host.driver.mem_get_info()?.into())
+        Ok(self.base.driver.mem_get_info()?.into())
     }
 
     fn get_ipc_handle(&self, memory: &MemoryPointer) -> EmmResult<IpcHandle> {
-        self.host.get_ipc_handle(memory)
+        self.base.get_ipc_handle(memory)
     }
 
     /// Runs every pending deallocation, even under a `defer_cleanup` guard (a reset is an
     /// explicit request to clean up). Memory still held by pointers stays valid.
     fn reset(&self) -> EmmResult<()> {
-        self.host.reset()
+        self.base.reset()
     }
 
     fn defer_cleanup(&self) -> DeferCleanupGuard {
-        self.host.defer_cleanup()
+        self.base.defer_cleanup()
     }
 
     fn interface_version(&self) -> u32 {
@@ -168,7 +142,7 @@ impl<D: Driver + ?Sized> MemoryManager for DefaultManager<D> {
     }
 
     fn memalloc_async(&self, size: usize, stream: StreamId) -> EmmResult<MemoryPointer> {
-        let h = &self.host;
+        let h = &self.base;
         h.check_request("memalloc_async", size)?;
         let _scope = CallerScope::enter(Self::TAG);
         let ptr = h
@@ -183,7 +157,7 @@ impl<D: Driver + ?Sized> MemoryManager for DefaultManager<D> {
     }
 
     fn memfree_async(&self, memory: MemoryPointer, stream: StreamId) -> EmmResult<()> {
-        let h = &self.host;
+        let h = &self.base;
         let Some(item) = h.release_async(memory, &h.sink)? else {
             return Ok(());
         };

@@ -32,7 +32,7 @@ use crate::contract::{
     PendingDeallocsConfig, PinOwner, INTERFACE_VERSION,
 };
 use crate::driver::{ContextId, Driver, HostPtr, StreamId};
-use crate::managers::host_side::HostSide;
+use crate::managers::manager_base::{manager_base_methods, ManagerBase};
 use crate::mr::{DeviceMemoryResource, MrError};
 
 type ResetHook = Box<dyn Fn() -> EmmResult<()> + Send + Sync>;
@@ -70,7 +70,7 @@ impl<R: DeviceMemoryResource> DeallocSink for ResourceSink<R> {
 
 /// The host side of the contract over a device memory resource `R`.
 pub struct HostOnlyManager<R: DeviceMemoryResource, D: Driver + ?Sized = dyn Driver> {
-    host: HostSide<D>,
+    base: ManagerBase<D>,
     device: Arc<ResourceSink<R>>,
     device_sink: Arc<dyn DeallocSink>,
     on_reset: Option<ResetHook>,
@@ -104,7 +104,7 @@ impl<R: DeviceMemoryResource + 'static, D: Driver + ?Sized> HostOnlyManager<R, D
         });
         let device_sink: Arc<dyn DeallocSink> = device.clone();
         HostOnlyManager {
-            host: HostSide::new(driver, context, Self::TAG, config),
+            base: ManagerBase::new(driver, context, Self::TAG, config),
             device,
             device_sink,
             on_reset: None,
@@ -158,7 +158,7 @@ impl<R: DeviceMemoryResource + 'static, D: Driver + ?Sized> HostOnlyManager<R, D
 
     /// The host side's queue of pending deallocations.
     pub fn deallocations(&self) -> &Arc<PendingDeallocs<D>> {
-        &self.host.pending
+        &self.base.pending
     }
 
     /// Reports device frees the resource refused since the last report.
@@ -201,7 +201,7 @@ impl<R: DeviceMemoryResource + 'static, D: Driver + ?Sized> HostOnlyManager<R, D
         stream: StreamId,
         stream_ordered: bool,
     ) -> EmmResult<MemoryPointer> {
-        let h = &self.host;
+        let h = &self.base;
         h.check_request(op, size)?;
         let _scope = CallerScope::enter(Self::TAG);
         let ptr = self
@@ -227,9 +227,7 @@ impl<R: DeviceMemoryResource + 'static, D: Driver + ?Sized> MemoryManager
         Self::TAG
     }
 
-    fn initialize(&self) -> EmmResult<()> {
-        self.host.initialize()
-    }
+    manager_base_methods!();
 
     fn memalloc(&self, size: usize) -> EmmResult<MemoryPointer> {
         let p = self.allocate("memalloc", size, StreamId::DEFAULT, false)?;
@@ -239,33 +237,9 @@ impl<R: DeviceMemoryResource + 'static, D: Driver + ?Sized> MemoryManager
             // legacy default stream, which orders nothing with non-blocking streams. On
             // failure `p` is dropped, which frees it.
             let _scope = CallerScope::enter(Self::TAG);
-            self.host.driver.stream_synchronize(StreamId::DEFAULT)?;
+            self.base.driver.stream_synchronize(StreamId::DEFAULT)?;
         }
         Ok(p)
-    }
-
-    fn memhostalloc(
-        &self,
-        size: usize,
-        mapped: bool,
-        portable: bool,
-        wc: bool,
-    ) -> EmmResult<HostMemory> {
-        self.host.memhostalloc(size, mapped, portable, wc)
-    }
-
-    fn mempin(
-        &self,
-        owner: Option<PinOwner>,
-        ptr: HostPtr,
-        size: usize,
-        mapped: bool,
-    ) -> EmmResult<HostMemory> {
-        self.host.mempin(owner, ptr, size, mapped)
-    }
-
-    fn memallocmanaged(&self, size: usize, attach_global: bool) -> EmmResult<ManagedMemory> {
-        self.host.memallocmanaged(size, attach_global)
     }
 
     fn get_memory_info(&self) -> EmmResult<MemoryInfo> {
@@ -294,19 +268,19 @@ impl<R: DeviceMemoryResource + 'static, D: Driver + ?Sized> MemoryManager
         if let Some(why) = self.no_ipc {
             return Err(EmmError::unsupported(Self::TAG, "get_ipc_handle", why));
         }
-        self.host.get_ipc_handle(memory)
+        self.base.get_ipc_handle(memory)
     }
 
     /// The device hook (if any), then the host side's reset, which always runs.
     fn reset(&self) -> EmmResult<()> {
         let device = self.on_reset.as_ref().map_or(Ok(()), |hook| hook());
-        let host = self.host.reset();
+        let host = self.base.reset();
         device.and(host)
     }
 
     /// The host side's guard, holding the device hook's guard (if any) inside it.
     fn defer_cleanup(&self) -> DeferCleanupGuard {
-        let host = self.host.defer_cleanup();
+        let host = self.base.defer_cleanup();
         match &self.on_defer_cleanup {
             Some(hook) => host.and(hook()),
             None => host,
@@ -330,7 +304,7 @@ impl<R: DeviceMemoryResource + 'static, D: Driver + ?Sized> MemoryManager
     }
 
     fn memfree_async(&self, memory: MemoryPointer, stream: StreamId) -> EmmResult<()> {
-        let Some(item) = self.host.release_async(memory, &self.device_sink)? else {
+        let Some(item) = self.base.release_async(memory, &self.device_sink)? else {
             return Ok(());
         };
         let Dealloc::DeviceAsync { ptr, bytes, .. } = item else {
@@ -352,7 +326,7 @@ impl<R: DeviceMemoryResource, D: Driver + ?Sized> fmt::Debug for HostOnlyManager
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("HostOnlyManager")
             .field("resource", &self.device.resource.name())
-            .field("context", &self.host.context)
+            .field("context", &self.base.context)
             .finish_non_exhaustive()
     }
 }

@@ -6,11 +6,12 @@
 //!   [`crate::mr::DeviceMemoryResource`]: how a resource chain becomes a plugin.
 //! - [`resource_manager`]: [`ResourceManagerFactory`], `HostOnlyManager` over a named resource
 //!   chain: the built-in `pool`, `arena`, `binning`, `async` and `managed` managers.
-//! - `host_side`: the host-memory half both share (pinning, mapped and managed memory).
+//! - `manager_base`: `ManagerBase`, what both managers share: the driver and
+//!   context, pending deallocations, initialization, pinned, mapped and managed memory, IPC.
 
 pub mod default;
 pub mod host_only;
-mod host_side;
+mod manager_base;
 pub mod resource_manager;
 
 pub use default::{DefaultManager, DEFAULT_MANAGER_NAME};

@@ -58,8 +58,8 @@ use crate::driver::{ContextId, DevicePtr, Driver, MemInfo, StreamId};
 use crate::mr::detail::context_scope::ContextScope;
 use crate::mr::detail::growth::{chunk_size, should_trim};
 use crate::mr::detail::heap::{round_to_granule, CoalescingHeap, FreeError};
+use crate::mr::detail::pool_backing::PoolBacking;
 use crate::mr::detail::segment::PoolParts;
-use crate::mr::detail::source::Source;
 use crate::mr::detail::stream_order::StreamOrder;
 use crate::mr::detail::tlsf::OwnClass;
 use crate::mr::pool_options::{Backing, Growth, PoolOptions};
@@ -82,7 +82,7 @@ const OWN_CLASS: OwnClass = OwnClass::Head;
 struct PoolState {
     heap: CoalescingHeap,
     order: StreamOrder,
-    source: Source,
+    backing: PoolBacking,
     /// Bytes of chunks being taken from upstream with the lock let go
     /// ([`PoolResource::grow_unlocked`]): counted against the maximum size.
     pending: u64,
@@ -175,7 +175,7 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
                 available: None,
             })?;
             let mut st = pool.lock();
-            pool.decide_source(&mut st);
+            pool.decide_backing(&mut st);
             if let Some(p) = pool.grow_segment(&mut st, size, size, StreamId::DEFAULT) {
                 // Grown by the initial size; the block goes back and stays mapped.
                 let p = p?;
@@ -267,23 +267,23 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
         let synchronized = st
             .heap
             .coalesce_streams(StreamId::DEFAULT, || driver.context_synchronize())?;
-        match st.source {
-            Source::Segment(_) => {
+        match st.backing {
+            PoolBacking::Segment(_) => {
                 Ok(st
-                    .source
+                    .backing
                     .release_segment_tail(&mut st.heap, driver, synchronized)?)
             }
-            Source::Chunks | Source::Undecided => self.release_free_chunks(st),
+            PoolBacking::Chunks | PoolBacking::Undecided => self.release_free_chunks(st),
         }
     }
 
     /// Chooses where memory comes from, once (see [`Backing`]).
-    fn decide_source(&self, st: &mut PoolState) {
+    fn decide_backing(&self, st: &mut PoolState) {
         let _scope = CallerScope::enter(NAME);
         let driver_backed = self.upstream.driver_backed();
         let (wanted, max) = (self.options.backing, self.options.maximum_size);
         let driver = self.upstream.driver();
-        st.source
+        st.backing
             .decide(&mut st.heap, wanted, driver_backed, driver, max);
     }
 
@@ -454,7 +454,7 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
                 return (Ok(DevicePtr(p)), st);
             }
         }
-        self.decide_source(&mut st);
+        self.decide_backing(&mut st);
         if let Some(r) = self.grow_segment(&mut st, size, bytes, stream) {
             return (r, st);
         }
@@ -551,7 +551,7 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
         let PoolState {
             heap,
             order,
-            source: Source::Segment(seg),
+            backing: PoolBacking::Segment(seg),
             ..
         } = st
         else {
@@ -677,7 +677,7 @@ impl<Up: DeviceMemoryResource> Drop for PoolResource<Up> {
         let _scope = CallerScope::enter(NAME);
         let driver = self.upstream.driver();
         st.order.destroy(driver);
-        if st.source.destroy_segment(&mut st.heap, driver) {
+        if st.backing.destroy_segment(&mut st.heap, driver) {
             return;
         }
         let chunks = st.heap.take_all_chunks();
@@ -698,7 +698,7 @@ impl<Up: DeviceMemoryResource> std::fmt::Debug for PoolResource<Up> {
             .field("free_blocks", &st.heap.free_blocks())
             .field("live", &st.heap.live_count())
             .field("chunks", &st.heap.chunks().len())
-            .field("backing", &st.source.backing())
+            .field("backing", &st.backing.kind())
             .field("events", &st.order.events())
             .finish()
     }
@@ -780,7 +780,7 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
     /// [`Backing::Expandable`] when it took an expandable segment from the driver, or
     /// [`Backing::Chunks`].
     pub fn backing(&self) -> Option<Backing> {
-        self.lock().source.backing()
+        self.lock().backing.kind()
     }
 }
 

@@ -25,7 +25,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use crate::driver::{DevicePtr, Driver, MemInfo, StreamId};
+use crate::driver::{DevicePtr, Driver, StreamId};
 use crate::mr::adaptor::{align_up, lock};
 use crate::mr::{
     assert_resource, check_alignment, DeviceMemoryResource, MrError, MrResult, MIN_ALIGNMENT,
@@ -204,7 +204,13 @@ impl<Up: DeviceMemoryResource> AlignedAdaptor<Up> {
     }
 }
 
-impl<Up: DeviceMemoryResource> DeviceMemoryResource for AlignedAdaptor<Up> {
+impl<Up: DeviceMemoryResource> super::Adaptor for AlignedAdaptor<Up> {
+    type Upstream = Up;
+
+    fn upstream(&self) -> &Up {
+        &self.upstream
+    }
+
     fn name(&self) -> &'static str {
         "AlignedAdaptor"
     }
@@ -230,7 +236,12 @@ impl<Up: DeviceMemoryResource> DeviceMemoryResource for AlignedAdaptor<Up> {
         alignment: usize,
         stream: StreamId,
     ) -> MrResult<DevicePtr> {
-        check_alignment(self.name(), bytes, alignment, usize::MAX)?;
+        check_alignment(
+            DeviceMemoryResource::name(self),
+            bytes,
+            alignment,
+            usize::MAX,
+        )?;
         self.allocate_at(bytes, self.effective(bytes, alignment), stream)
     }
 
@@ -241,20 +252,13 @@ impl<Up: DeviceMemoryResource> DeviceMemoryResource for AlignedAdaptor<Up> {
         alignment: usize,
         stream: StreamId,
     ) -> MrResult<()> {
-        check_alignment(self.name(), bytes, alignment, usize::MAX)?;
+        check_alignment(
+            DeviceMemoryResource::name(self),
+            bytes,
+            alignment,
+            usize::MAX,
+        )?;
         self.deallocate_at(ptr, bytes, self.effective(bytes, alignment), stream)
-    }
-
-    fn memory_info(&self) -> Option<MemInfo> {
-        self.upstream.memory_info()
-    }
-
-    fn release(&self) -> MrResult<u64> {
-        self.upstream.release()
-    }
-
-    fn driver(&self) -> &dyn Driver {
-        self.upstream.driver()
     }
 }
 

@@ -16,7 +16,7 @@
 //! A callback that keeps returning `true` while nothing frees memory retries forever, as in
 //! RMM; [`RetryRequest::attempt`] lets it stop (`|r| r.attempt <= 3 && flush()`).
 
-use crate::driver::{DevicePtr, Driver, MemInfo, StreamId};
+use crate::driver::{DevicePtr, Driver, StreamId};
 use crate::mr::{assert_resource, DeviceMemoryResource, MrError, MrResult, MIN_ALIGNMENT};
 
 /// What the callback is told about a failed allocation.
@@ -106,11 +106,17 @@ where
     }
 }
 
-impl<Up, F> DeviceMemoryResource for FailureRetryAdaptor<Up, F>
+impl<Up, F> super::Adaptor for FailureRetryAdaptor<Up, F>
 where
     Up: DeviceMemoryResource,
     F: Fn(&RetryRequest<'_>) -> bool + Send + Sync,
 {
+    type Upstream = Up;
+
+    fn upstream(&self) -> &Up {
+        &self.upstream
+    }
+
     fn name(&self) -> &'static str {
         "FailureRetryAdaptor"
     }
@@ -129,11 +135,6 @@ where
         })
     }
 
-    #[inline]
-    fn deallocate(&self, ptr: DevicePtr, bytes: usize, stream: StreamId) -> MrResult<()> {
-        self.upstream.deallocate(ptr, bytes, stream)
-    }
-
     fn allocate_aligned(
         &self,
         bytes: usize,
@@ -143,29 +144,6 @@ where
         self.allocate_with(bytes, alignment, stream, || {
             self.upstream.allocate_aligned(bytes, alignment, stream)
         })
-    }
-
-    fn deallocate_aligned(
-        &self,
-        ptr: DevicePtr,
-        bytes: usize,
-        alignment: usize,
-        stream: StreamId,
-    ) -> MrResult<()> {
-        self.upstream
-            .deallocate_aligned(ptr, bytes, alignment, stream)
-    }
-
-    fn memory_info(&self) -> Option<MemInfo> {
-        self.upstream.memory_info()
-    }
-
-    fn release(&self) -> MrResult<u64> {
-        self.upstream.release()
-    }
-
-    fn driver(&self) -> &dyn Driver {
-        self.upstream.driver()
     }
 }
 

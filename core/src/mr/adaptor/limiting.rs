@@ -120,7 +120,13 @@ impl<Up: DeviceMemoryResource> LimitingAdaptor<Up> {
     }
 }
 
-impl<Up: DeviceMemoryResource> DeviceMemoryResource for LimitingAdaptor<Up> {
+impl<Up: DeviceMemoryResource> super::Adaptor for LimitingAdaptor<Up> {
+    type Upstream = Up;
+
+    fn upstream(&self) -> &Up {
+        &self.upstream
+    }
+
     fn name(&self) -> &'static str {
         "LimitingAdaptor"
     }
@@ -182,14 +188,6 @@ impl<Up: DeviceMemoryResource> DeviceMemoryResource for LimitingAdaptor<Up> {
             },
             None => own,
         })
-    }
-
-    fn release(&self) -> MrResult<u64> {
-        self.upstream.release()
-    }
-
-    fn driver(&self) -> &dyn Driver {
-        self.upstream.driver()
     }
 }
 

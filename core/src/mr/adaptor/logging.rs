@@ -33,7 +33,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::driver::{DevicePtr, Driver, MemInfo, StreamId};
+use crate::driver::{DevicePtr, Driver, StreamId};
 use crate::mr::adaptor::lock;
 use crate::mr::event_log::{LogAction, LogEvent, HEADER, MICROS_PER_DAY};
 use crate::mr::{assert_resource, DeviceMemoryResource, MrResult};
@@ -277,7 +277,13 @@ impl<Up: DeviceMemoryResource, W: Write + Send> LoggingAdaptor<Up, W> {
     }
 }
 
-impl<Up: DeviceMemoryResource, W: Write + Send> DeviceMemoryResource for LoggingAdaptor<Up, W> {
+impl<Up: DeviceMemoryResource, W: Write + Send> super::Adaptor for LoggingAdaptor<Up, W> {
+    type Upstream = Up;
+
+    fn upstream(&self) -> &Up {
+        &self.upstream
+    }
+
     fn name(&self) -> &'static str {
         "LoggingAdaptor"
     }
@@ -323,18 +329,6 @@ impl<Up: DeviceMemoryResource, W: Write + Send> DeviceMemoryResource for Logging
             self.upstream
                 .deallocate_aligned(ptr, bytes, alignment, stream)
         })
-    }
-
-    fn memory_info(&self) -> Option<MemInfo> {
-        self.upstream.memory_info()
-    }
-
-    fn release(&self) -> MrResult<u64> {
-        self.upstream.release()
-    }
-
-    fn driver(&self) -> &dyn Driver {
-        self.upstream.driver()
     }
 }
 

@@ -18,6 +18,8 @@
 //!
 //! - It exposes its upstream through `fn upstream(&self) -> &Up` and gives it back with
 //!   `into_upstream`.
+//! - It implements [`Adaptor`], which forwards every call it does not change to the upstream
+//!   ([`ThreadSafeAdaptor`], whose upstream is a single-threaded resource, writes its calls out).
 //! - The rules of [`crate::mr`] hold through it: `allocate(0)` returns [`DevicePtr::NULL`]
 //!   without touching the upstream, counting or logging anything, and
 //!   `deallocate(DevicePtr::NULL, 0, _)` is a no-op; alignment requests go to the upstream
@@ -49,6 +51,180 @@ pub use thread_safe::ThreadSafeAdaptor;
 pub use tracking::{LeakReport, OutstandingAllocation, TrackingAdaptor};
 
 use std::sync::{Mutex, MutexGuard};
+
+use crate::driver::{DevicePtr, Driver, MemInfo, StreamId};
+use crate::mr::{DeviceMemoryResource, MrResult};
+
+/// The base of an adaptor over a [`DeviceMemoryResource`]: every call it does not change goes
+/// to its upstream unchanged, so an adaptor writes only what it adds.
+///
+/// Implementing it makes the adaptor a [`DeviceMemoryResource`] (by the blanket impl below).
+/// The defaults keep [`crate::mr`]'s rules for adaptors: the memory calls, `memory_info`,
+/// `release` and `driver` go to the upstream; `is_equal` is true only for the same adaptor
+/// object (its state belongs to it); `driver_backed` is false (an adaptor counts, limits or logs
+/// on the way); `chunk_moves` is not counted (`None`).
+///
+/// Name the trait by path in the `impl` header (`impl super::Adaptor for …`) rather than
+/// importing it where adaptors are called: its methods share their names with
+/// [`DeviceMemoryResource`]'s, and a call on an adaptor with both traits in scope is ambiguous.
+pub trait Adaptor: Send + Sync {
+    /// The resource this adaptor wraps.
+    type Upstream: DeviceMemoryResource;
+
+    /// The resource this adaptor wraps.
+    fn upstream(&self) -> &Self::Upstream;
+
+    /// As [`DeviceMemoryResource::name`]: the adaptor's own name.
+    fn name(&self) -> &'static str;
+
+    /// As [`DeviceMemoryResource::allocate`].
+    ///
+    /// # Errors
+    ///
+    /// The upstream's, by default.
+    #[inline]
+    fn allocate(&self, bytes: usize, stream: StreamId) -> MrResult<DevicePtr> {
+        self.upstream().allocate(bytes, stream)
+    }
+
+    /// As [`DeviceMemoryResource::deallocate`].
+    ///
+    /// # Errors
+    ///
+    /// The upstream's, by default.
+    #[inline]
+    fn deallocate(&self, ptr: DevicePtr, bytes: usize, stream: StreamId) -> MrResult<()> {
+        self.upstream().deallocate(ptr, bytes, stream)
+    }
+
+    /// As [`DeviceMemoryResource::allocate_aligned`].
+    ///
+    /// # Errors
+    ///
+    /// The upstream's, by default.
+    #[inline]
+    fn allocate_aligned(
+        &self,
+        bytes: usize,
+        alignment: usize,
+        stream: StreamId,
+    ) -> MrResult<DevicePtr> {
+        self.upstream().allocate_aligned(bytes, alignment, stream)
+    }
+
+    /// As [`DeviceMemoryResource::deallocate_aligned`].
+    ///
+    /// # Errors
+    ///
+    /// The upstream's, by default.
+    #[inline]
+    fn deallocate_aligned(
+        &self,
+        ptr: DevicePtr,
+        bytes: usize,
+        alignment: usize,
+        stream: StreamId,
+    ) -> MrResult<()> {
+        self.upstream()
+            .deallocate_aligned(ptr, bytes, alignment, stream)
+    }
+
+    /// As [`DeviceMemoryResource::is_equal`]: by default, only the same adaptor object.
+    fn is_equal(&self, other: &dyn DeviceMemoryResource) -> bool {
+        std::ptr::addr_eq(
+            self as *const Self,
+            other as *const dyn DeviceMemoryResource,
+        )
+    }
+
+    /// As [`DeviceMemoryResource::memory_info`]: the upstream's, by default.
+    fn memory_info(&self) -> Option<MemInfo> {
+        self.upstream().memory_info()
+    }
+
+    /// As [`DeviceMemoryResource::release`]: the upstream's, by default.
+    ///
+    /// # Errors
+    ///
+    /// The upstream's.
+    fn release(&self) -> MrResult<u64> {
+        self.upstream().release()
+    }
+
+    /// As [`DeviceMemoryResource::driver`]: the upstream's, by default.
+    fn driver(&self) -> &dyn Driver {
+        self.upstream().driver()
+    }
+
+    /// As [`DeviceMemoryResource::driver_backed`]: false by default, since an adaptor adds
+    /// something on the way.
+    fn driver_backed(&self) -> bool {
+        false
+    }
+
+    /// As [`DeviceMemoryResource::chunk_moves`]: not counted (`None`) by default.
+    fn chunk_moves(&self) -> Option<u64> {
+        None
+    }
+}
+
+impl<A: Adaptor> DeviceMemoryResource for A {
+    #[inline]
+    fn name(&self) -> &'static str {
+        Adaptor::name(self)
+    }
+    #[inline]
+    fn allocate(&self, bytes: usize, stream: StreamId) -> MrResult<DevicePtr> {
+        Adaptor::allocate(self, bytes, stream)
+    }
+    #[inline]
+    fn deallocate(&self, ptr: DevicePtr, bytes: usize, stream: StreamId) -> MrResult<()> {
+        Adaptor::deallocate(self, ptr, bytes, stream)
+    }
+    #[inline]
+    fn allocate_aligned(
+        &self,
+        bytes: usize,
+        alignment: usize,
+        stream: StreamId,
+    ) -> MrResult<DevicePtr> {
+        Adaptor::allocate_aligned(self, bytes, alignment, stream)
+    }
+    #[inline]
+    fn deallocate_aligned(
+        &self,
+        ptr: DevicePtr,
+        bytes: usize,
+        alignment: usize,
+        stream: StreamId,
+    ) -> MrResult<()> {
+        Adaptor::deallocate_aligned(self, ptr, bytes, alignment, stream)
+    }
+    #[inline]
+    fn is_equal(&self, other: &dyn DeviceMemoryResource) -> bool {
+        Adaptor::is_equal(self, other)
+    }
+    #[inline]
+    fn memory_info(&self) -> Option<MemInfo> {
+        Adaptor::memory_info(self)
+    }
+    #[inline]
+    fn release(&self) -> MrResult<u64> {
+        Adaptor::release(self)
+    }
+    #[inline]
+    fn driver(&self) -> &dyn Driver {
+        Adaptor::driver(self)
+    }
+    #[inline]
+    fn driver_backed(&self) -> bool {
+        Adaptor::driver_backed(self)
+    }
+    #[inline]
+    fn chunk_moves(&self) -> Option<u64> {
+        Adaptor::chunk_moves(self)
+    }
+}
 
 /// Locks `m`, recovering the data if a thread panicked while holding it: every adaptor's
 /// tables stay consistent at each unlock, so a panic elsewhere never corrupts them.

@@ -15,7 +15,7 @@
 //!   The upstream must hand out managed memory: the driver refuses to prefetch device memory.
 
 use crate::attribution::CallerScope;
-use crate::driver::{DevicePtr, Driver, Location, MemInfo, StreamId};
+use crate::driver::{DevicePtr, Driver, Location, StreamId};
 use crate::mr::{assert_resource, DeviceMemoryResource, MrError, MrResult};
 
 /// Prefetches new managed allocations to the device; see the [module docs](self).
@@ -74,7 +74,13 @@ impl<Up: DeviceMemoryResource> PrefetchAdaptor<Up> {
     }
 }
 
-impl<Up: DeviceMemoryResource> DeviceMemoryResource for PrefetchAdaptor<Up> {
+impl<Up: DeviceMemoryResource> super::Adaptor for PrefetchAdaptor<Up> {
+    type Upstream = Up;
+
+    fn upstream(&self) -> &Up {
+        &self.upstream
+    }
+
     fn name(&self) -> &'static str {
         "PrefetchAdaptor"
     }
@@ -92,10 +98,6 @@ impl<Up: DeviceMemoryResource> DeviceMemoryResource for PrefetchAdaptor<Up> {
             || self.upstream.allocate(bytes, stream),
             |p| self.upstream.deallocate(p, bytes, stream),
         )
-    }
-
-    fn deallocate(&self, ptr: DevicePtr, bytes: usize, stream: StreamId) -> MrResult<()> {
-        self.upstream.deallocate(ptr, bytes, stream)
     }
 
     fn allocate_aligned(
@@ -116,29 +118,6 @@ impl<Up: DeviceMemoryResource> DeviceMemoryResource for PrefetchAdaptor<Up> {
                     .deallocate_aligned(p, bytes, alignment, stream)
             },
         )
-    }
-
-    fn deallocate_aligned(
-        &self,
-        ptr: DevicePtr,
-        bytes: usize,
-        alignment: usize,
-        stream: StreamId,
-    ) -> MrResult<()> {
-        self.upstream
-            .deallocate_aligned(ptr, bytes, alignment, stream)
-    }
-
-    fn memory_info(&self) -> Option<MemInfo> {
-        self.upstream.memory_info()
-    }
-
-    fn release(&self) -> MrResult<u64> {
-        self.upstream.release()
-    }
-
-    fn driver(&self) -> &dyn Driver {
-        self.upstream.driver()
     }
 }
 

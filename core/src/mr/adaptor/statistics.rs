@@ -22,7 +22,7 @@
 use std::ops::AddAssign;
 use std::sync::Mutex;
 
-use crate::driver::{DevicePtr, Driver, MemInfo, StreamId};
+use crate::driver::{DevicePtr, Driver, StreamId};
 use crate::mr::adaptor::lock;
 use crate::mr::{assert_resource, DeviceMemoryResource, MrError, MrResult};
 
@@ -204,7 +204,13 @@ fn as_i64(bytes: usize) -> i64 {
     i64::try_from(bytes).unwrap_or(i64::MAX)
 }
 
-impl<Up: DeviceMemoryResource> DeviceMemoryResource for StatisticsAdaptor<Up> {
+impl<Up: DeviceMemoryResource> super::Adaptor for StatisticsAdaptor<Up> {
+    type Upstream = Up;
+
+    fn upstream(&self) -> &Up {
+        &self.upstream
+    }
+
     fn name(&self) -> &'static str {
         "StatisticsAdaptor"
     }
@@ -251,18 +257,6 @@ impl<Up: DeviceMemoryResource> DeviceMemoryResource for StatisticsAdaptor<Up> {
             self.upstream
                 .deallocate_aligned(ptr, bytes, alignment, stream)
         })
-    }
-
-    fn memory_info(&self) -> Option<MemInfo> {
-        self.upstream.memory_info()
-    }
-
-    fn release(&self) -> MrResult<u64> {
-        self.upstream.release()
-    }
-
-    fn driver(&self) -> &dyn Driver {
-        self.upstream.driver()
     }
 }
 

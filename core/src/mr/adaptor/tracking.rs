@@ -24,7 +24,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::driver::{DevicePtr, Driver, MemInfo, StreamId};
+use crate::driver::{DevicePtr, Driver, StreamId};
 use crate::mr::adaptor::lock;
 use crate::mr::{assert_resource, DeviceMemoryResource, MrError, MrResult, MIN_ALIGNMENT};
 use crate::units::Bytes;
@@ -268,7 +268,13 @@ impl<Up: DeviceMemoryResource> TrackingAdaptor<Up> {
     }
 }
 
-impl<Up: DeviceMemoryResource> DeviceMemoryResource for TrackingAdaptor<Up> {
+impl<Up: DeviceMemoryResource> super::Adaptor for TrackingAdaptor<Up> {
+    type Upstream = Up;
+
+    fn upstream(&self) -> &Up {
+        &self.upstream
+    }
+
     fn name(&self) -> &'static str {
         "TrackingAdaptor"
     }
@@ -319,18 +325,6 @@ impl<Up: DeviceMemoryResource> DeviceMemoryResource for TrackingAdaptor<Up> {
             self.upstream
                 .deallocate_aligned(ptr, bytes, alignment, stream)
         })
-    }
-
-    fn memory_info(&self) -> Option<MemInfo> {
-        self.upstream.memory_info()
-    }
-
-    fn release(&self) -> MrResult<u64> {
-        self.upstream.release()
-    }
-
-    fn driver(&self) -> &dyn Driver {
-        self.upstream.driver()
     }
 }
 

@@ -1,6 +1,6 @@
 //! How much a pool asks its upstream for when no free block fits.
 
-use crate::mr::detail::block::MAX_CHUNK;
+use crate::mr::detail::record::MAX_CHUNK;
 use crate::mr::pool_options::Growth;
 
 /// Upstream chunks are a multiple of this: the driver's own large-page granularity, so a chunk

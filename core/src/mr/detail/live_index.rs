@@ -13,7 +13,8 @@
 //! Every operation is expected O(1); the table doubles when the blocks reach an eighth of its
 //! buckets, and never shrinks.
 
-use super::block::{Blocks, Records, NIL};
+use super::block::{Blocks, Records};
+use super::record::NIL;
 
 /// Buckets of a new index: room for 32 live blocks before the first doubling.
 const FIRST_BUCKETS_LOG2: u32 = 8;
@@ -177,7 +178,8 @@ impl LiveIndex {
 
 #[cfg(test)]
 mod tests {
-    use super::super::block::{number, Block, BlockSlab, SENTINEL};
+    use super::super::block::{number, BlockSlab};
+    use super::super::record::{Block, SENTINEL};
     use super::*;
 
     /// A slab with a record at each of `addrs`, in order from index 1.

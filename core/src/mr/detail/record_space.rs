@@ -27,9 +27,9 @@
 //! Where the kernel will not map 4 GiB unreserved (strict overcommit accounting), the space is
 //! mapped inaccessible and opened as the slab grows: a number past the slab then faults
 //! instead of reading zeros. Elsewhere than 64-bit Linux the records are a vector of
-//! power-of-two length and every number is checked ([`super::masked`]).
+//! power-of-two length and every number is checked ([`super::mask_checked_slice`]).
 
-use super::block::{Block, STEP};
+use super::record::{Block, STEP};
 
 const _: () =
     assert!(std::mem::size_of::<Block>() == 32 && std::mem::align_of::<Block>() == 1 && STEP == 5);
@@ -44,7 +44,7 @@ mod linux {
     use std::marker::PhantomData;
     use std::ptr::NonNull;
 
-    use super::super::block::{Block, STEP};
+    use super::super::record::{Block, STEP};
 
     /// Bytes from the first record to the end of the one numbered `u32::MAX`, rounded up to
     /// a page (pages are at most 64 KiB).
@@ -397,7 +397,7 @@ mod linux {
 
     #[cfg(test)]
     mod tests {
-        use super::super::super::block::SENTINEL;
+        use super::super::super::record::SENTINEL;
         use super::*;
 
         fn sized(units: u32) -> Block {
@@ -500,8 +500,8 @@ mod linux {
 
 #[cfg(not(all(target_os = "linux", target_pointer_width = "64")))]
 mod portable {
-    use super::super::block::{Block, STEP};
-    use super::super::masked::Masked;
+    use super::super::mask_checked_slice::MaskCheckedSlice;
+    use super::super::record::{Block, STEP};
 
     /// The records in a vector of power-of-two length; every number is checked.
     #[derive(Debug, Default)]
@@ -532,16 +532,16 @@ mod portable {
             )]
             // SAFETY: the slab grows the space to 16 records before any view and only by
             // doublings, so it is not empty and a power of two long.
-            SpaceMut(unsafe { Masked::new_unchecked(&mut self.records) })
+            SpaceMut(unsafe { MaskCheckedSlice::new_unchecked(&mut self.records) })
         }
 
         #[inline(always)]
         pub(crate) fn shared(&self) -> SpaceRef<'_> {
-            SpaceRef(Masked::new(&self.records))
+            SpaceRef(MaskCheckedSlice::new(&self.records))
         }
     }
 
-    pub(crate) struct SpaceMut<'a>(Masked<&'a mut [Block], STEP>);
+    pub(crate) struct SpaceMut<'a>(MaskCheckedSlice<&'a mut [Block], STEP>);
 
     impl<'a> SpaceMut<'a> {
         #[inline(always)]
@@ -571,7 +571,7 @@ mod portable {
     }
 
     #[derive(Clone, Copy)]
-    pub(crate) struct SpaceRef<'a>(Masked<&'a [Block], STEP>);
+    pub(crate) struct SpaceRef<'a>(MaskCheckedSlice<&'a [Block], STEP>);
 
     impl<'a> SpaceRef<'a> {
         #[inline(always)]

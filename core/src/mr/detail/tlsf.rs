@@ -16,7 +16,8 @@
 
 use std::hint::select_unpredictable;
 
-use super::block::{Blocks, Records, GRANULE_SHIFT, NIL};
+use super::block::{Blocks, Records};
+use super::record::{GRANULE_SHIFT, NIL, SCRATCH_CLASS};
 
 /// Granule: every block size is a multiple of this (the resources' minimum alignment).
 pub(crate) const GRANULE: u64 = 1 << GRANULE_SHIFT;
@@ -31,8 +32,10 @@ const FL_COUNT: usize = 64 - GRANULE_SHIFT as usize - SL_LOG2 as usize + 2;
 const LISTS: usize = 2048;
 const _: () = assert!(FL_COUNT * SL_COUNT <= LISTS && FL_COUNT <= 64);
 // A list index is stored in `Block::class`.
-/// The list of the scratch record: first level 63, which no block reaches.
-pub(crate) const SCRATCH_LIST: usize = 63 * SL_COUNT;
+/// The list of the scratch record ([`SCRATCH_CLASS`], fixed by the record layer): first
+/// level 63, which no block reaches.
+pub(crate) const SCRATCH_LIST: usize = SCRATCH_CLASS as usize;
+const _: () = assert!(SCRATCH_LIST == 63 * SL_COUNT && SCRATCH_LIST / SL_COUNT >= FL_COUNT);
 const _: () = assert!(LISTS <= u16::MAX as usize);
 /// How many blocks of the request's own class an [`OwnClass::Scan`] search looks at before the
 /// good fit. Held over peak live with 0 / 1 / 4 (`emm bench` on the simulated GPU):
@@ -332,7 +335,8 @@ impl TlsfIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mr::detail::block::{number, Block, BlockSlab, SENTINEL};
+    use crate::mr::detail::block::{number, BlockSlab};
+    use crate::mr::detail::record::{Block, SENTINEL};
 
     fn block(size: u64) -> Block {
         // A record with no links and not free: the slab's sentinel, sized.

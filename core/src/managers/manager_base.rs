@@ -1,5 +1,8 @@
-//! The host side every built-in manager shares: `memhostalloc`, `mempin`, `memallocmanaged`,
-//! their pending deallocations, and Numba's out-of-memory flush-and-retry.
+//! [`ManagerBase`]: what every built-in manager shares, whatever gives it device memory: the
+//! driver and context, initialization, `memhostalloc`, `mempin`, `memallocmanaged`, IPC
+//! handles, the pending deallocations, and Numba's out-of-memory flush-and-retry.
+//! [`manager_base_methods!`] writes the [`MemoryManager`](crate::contract::MemoryManager) calls
+//! that only forward to it, once for every manager.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -13,8 +16,12 @@ use crate::contract::{
 use crate::driver::{ContextId, DevicePtr, Driver, HostAllocFlags, HostPtr};
 use crate::error::{DriverError, DriverResult};
 
-/// The host side of a manager (Numba's `HostOnlyCUDAMemoryManager` without `memalloc`).
-pub(crate) struct HostSide<D: Driver + ?Sized> {
+/// The part of a manager that does not depend on where its device memory comes from (Numba's
+/// `HostOnlyCUDAMemoryManager` without `memalloc`).
+///
+/// Invariants: `pending` runs its deallocations in `context`; `sink` is `pending` seen as a
+/// [`DeallocSink`]; the byte threshold of `pending` is set once, by the first `initialize`.
+pub(crate) struct ManagerBase<D: Driver + ?Sized> {
     pub(crate) driver: Arc<D>,
     pub(crate) context: ContextId,
     pub(crate) tag: &'static str,
@@ -24,7 +31,7 @@ pub(crate) struct HostSide<D: Driver + ?Sized> {
     source_info: OnceLock<SourceInfo>,
 }
 
-impl<D: Driver + ?Sized> HostSide<D> {
+impl<D: Driver + ?Sized> ManagerBase<D> {
     pub(crate) fn new(
         driver: Arc<D>,
         context: ContextId,
@@ -34,7 +41,7 @@ impl<D: Driver + ?Sized> HostSide<D> {
         let pending = Arc::new(PendingDeallocs::new(Arc::clone(&driver), tag, config));
         pending.set_context(context);
         let sink: Arc<dyn DeallocSink> = pending.clone();
-        HostSide {
+        ManagerBase {
             driver,
             context,
             tag,
@@ -305,9 +312,46 @@ impl<D: Driver + ?Sized> HostSide<D> {
     }
 }
 
-impl<D: Driver + ?Sized> Drop for HostSide<D> {
+impl<D: Driver + ?Sized> Drop for ManagerBase<D> {
     fn drop(&mut self) {
         // Memory still held by users is freed by its finalizers, at once from now on.
         let _ = self.pending.close();
     }
 }
+
+/// The [`MemoryManager`](crate::contract::MemoryManager) calls that every built-in manager
+/// passes to its [`ManagerBase`] (a field named `base`) unchanged: `initialize`,
+/// `memhostalloc`, `mempin` and `memallocmanaged`. Used inside the manager's
+/// `impl MemoryManager`.
+macro_rules! manager_base_methods {
+    () => {
+        fn initialize(&self) -> EmmResult<()> {
+            self.base.initialize()
+        }
+
+        fn memhostalloc(
+            &self,
+            size: usize,
+            mapped: bool,
+            portable: bool,
+            wc: bool,
+        ) -> EmmResult<HostMemory> {
+            self.base.memhostalloc(size, mapped, portable, wc)
+        }
+
+        fn mempin(
+            &self,
+            owner: Option<PinOwner>,
+            ptr: HostPtr,
+            size: usize,
+            mapped: bool,
+        ) -> EmmResult<HostMemory> {
+            self.base.mempin(owner, ptr, size, mapped)
+        }
+
+        fn memallocmanaged(&self, size: usize, attach_global: bool) -> EmmResult<ManagedMemory> {
+            self.base.memallocmanaged(size, attach_global)
+        }
+    };
+}
+pub(crate) use manager_base_methods;

@@ -1,5 +1,5 @@
-//! [`Masked`]: a non-empty slice of power-of-two length indexed by numbers checked against a
-//! mask, with no bounds check of the usual form.
+//! [`MaskCheckedSlice`]: a non-empty slice of power-of-two length indexed by numbers checked
+//! against a mask, with no bounds check of the usual form.
 //!
 //! The pool's block slab has a power-of-two length, so the numbers that name its elements are
 //! exactly those with no bit outside one mask. A number is checked with one `test` against it
@@ -22,7 +22,7 @@ use std::mem::size_of;
 
 /// A non-empty slice (`&[T]` or `&mut [T]`) of power-of-two length, with its mask.
 #[derive(Clone, Copy)]
-pub(crate) struct Masked<S, const STEP: u32> {
+pub(crate) struct MaskCheckedSlice<S, const STEP: u32> {
     slice: S,
     /// The slice's length minus one, shifted left by `STEP`; set with the slice, never
     /// changed.
@@ -32,7 +32,7 @@ pub(crate) struct Masked<S, const STEP: u32> {
 /// The byte offset of the element a masked number names.
 #[inline(always)]
 const fn offset<T, const STEP: u32>(masked: usize) -> usize {
-    // `masked`'s low `STEP` bits are clear, so this is the element's index times its size.
+    // `mask_checked_slice`'s low `STEP` bits are clear, so this is the element's index times its size.
     masked * (size_of::<T>() >> STEP)
 }
 
@@ -48,7 +48,7 @@ fn not_an_element(n: usize, mask: usize) -> ! {
     panic!("{n:#x} names no element of a slab numbered up to {mask:#x}: a broken link")
 }
 
-impl<'a, T, const STEP: u32> Masked<&'a [T], STEP> {
+impl<'a, T, const STEP: u32> MaskCheckedSlice<&'a [T], STEP> {
     /// `slice`.
     ///
     /// # Panics
@@ -62,7 +62,7 @@ impl<'a, T, const STEP: u32> Masked<&'a [T], STEP> {
             slice.len().is_power_of_two(),
             "a masked slice is not empty and a power of two long"
         );
-        Masked {
+        MaskCheckedSlice {
             slice,
             mask: (slice.len() - 1) << STEP,
         }
@@ -96,7 +96,7 @@ impl<'a, T, const STEP: u32> Masked<&'a [T], STEP> {
     }
 }
 
-impl<'a, T, const STEP: u32> Masked<&'a mut [T], STEP> {
+impl<'a, T, const STEP: u32> MaskCheckedSlice<&'a mut [T], STEP> {
     /// `slice`, with no check (two instructions an operation on the pool's hot path, where
     /// the slab always holds its sentinel and doubles when it grows).
     ///
@@ -110,23 +110,23 @@ impl<'a, T, const STEP: u32> Masked<&'a mut [T], STEP> {
         const { assert!(fits::<T, STEP>()) };
         debug_assert!(slice.len().is_power_of_two());
         let mask = slice.len().wrapping_sub(1) << STEP;
-        Masked { slice, mask }
+        MaskCheckedSlice { slice, mask }
     }
 
-    /// The element numbered `n` (panics as [`Masked::get`] does).
+    /// The element numbered `n` (panics as [`MaskCheckedSlice::get`] does).
     #[inline(always)]
     pub(crate) fn get(&self, n: usize) -> &T {
         self.shared().get(n)
     }
 
-    /// The element numbered `n`, mutably (panics as [`Masked::get`] does).
+    /// The element numbered `n`, mutably (panics as [`MaskCheckedSlice::get`] does).
     #[inline(always)]
     pub(crate) fn get_mut(&mut self, n: usize) -> &mut T {
         self.reborrow().into_mut(n)
     }
 
     /// The element numbered `n`, mutably, for as long as the slice is borrowed (panics as
-    /// [`Masked::get`] does).
+    /// [`MaskCheckedSlice::get`] does).
     #[inline(always)]
     pub(crate) fn into_mut(self, n: usize) -> &'a mut T {
         let k = self.shared().check(n);
@@ -139,8 +139,8 @@ impl<'a, T, const STEP: u32> Masked<&'a mut [T], STEP> {
 
     /// The same slice, borrowed for less long.
     #[inline(always)]
-    pub(crate) fn reborrow(&mut self) -> Masked<&mut [T], STEP> {
-        Masked {
+    pub(crate) fn reborrow(&mut self) -> MaskCheckedSlice<&mut [T], STEP> {
+        MaskCheckedSlice {
             slice: &mut *self.slice,
             mask: self.mask,
         }
@@ -148,8 +148,8 @@ impl<'a, T, const STEP: u32> Masked<&'a mut [T], STEP> {
 
     /// A shared view of the same slice.
     #[inline(always)]
-    pub(crate) fn shared(&self) -> Masked<&[T], STEP> {
-        Masked {
+    pub(crate) fn shared(&self) -> MaskCheckedSlice<&[T], STEP> {
+        MaskCheckedSlice {
             slice: &*self.slice,
             mask: self.mask,
         }
@@ -158,16 +158,16 @@ impl<'a, T, const STEP: u32> Masked<&'a mut [T], STEP> {
 
 #[cfg(test)]
 mod tests {
-    use super::Masked;
+    use super::MaskCheckedSlice;
 
     #[test]
     fn a_number_names_its_element() {
         let mut v = [10, 11, 12, 13];
-        let m = Masked::<&[i32], 0>::new(&v);
+        let m = MaskCheckedSlice::<&[i32], 0>::new(&v);
         assert_eq!((*m.get(0), *m.get(1), *m.get(3)), (10, 11, 13));
         // SAFETY: not empty, a power of two long.
         #[allow(unsafe_code, reason = "the unchecked constructor under test")]
-        let mut m = unsafe { Masked::<&mut [i32], 0>::new_unchecked(&mut v) };
+        let mut m = unsafe { MaskCheckedSlice::<&mut [i32], 0>::new_unchecked(&mut v) };
         *m.get_mut(2) = 7;
         assert_eq!(*m.get(2), 7);
         assert_eq!(v, [10, 11, 7, 13]);
@@ -176,7 +176,7 @@ mod tests {
     #[test]
     fn a_stepped_number_names_its_element() {
         let v = [[1u64, 2], [3, 4], [5, 6], [7, 8]];
-        let m = Masked::<&[[u64; 2]], 2>::new(&v);
+        let m = MaskCheckedSlice::<&[[u64; 2]], 2>::new(&v);
         // Element k is numbered 4k.
         assert_eq!(
             (m.get(0), m.get(4), m.get(8), m.get(12)),
@@ -188,14 +188,14 @@ mod tests {
     #[should_panic(expected = "0x10 names no element of a slab numbered up to 0xc")]
     fn a_number_past_the_slice_is_refused() {
         let v = [[1u64, 2], [3, 4], [5, 6], [7, 8]];
-        let _ = Masked::<&[[u64; 2]], 2>::new(&v).get(16);
+        let _ = MaskCheckedSlice::<&[[u64; 2]], 2>::new(&v).get(16);
     }
 
     #[test]
     #[should_panic(expected = "0x5 names no element")]
     fn a_number_between_elements_is_refused() {
         let v = [[1u64, 2], [3, 4], [5, 6], [7, 8]];
-        let _ = Masked::<&[[u64; 2]], 2>::new(&v).get(5);
+        let _ = MaskCheckedSlice::<&[[u64; 2]], 2>::new(&v).get(5);
     }
 
     #[test]
@@ -204,19 +204,19 @@ mod tests {
         let mut v = [10, 11, 12, 13];
         // SAFETY: not empty, a power of two long.
         #[allow(unsafe_code, reason = "the unchecked constructor under test")]
-        let mut m = unsafe { Masked::<&mut [i32], 0>::new_unchecked(&mut v) };
+        let mut m = unsafe { MaskCheckedSlice::<&mut [i32], 0>::new_unchecked(&mut v) };
         *m.get_mut(usize::MAX) = 1;
     }
 
     #[test]
     #[should_panic(expected = "a masked slice is not empty and a power of two long")]
     fn an_empty_slice_is_refused() {
-        let _ = Masked::<&[i32], 0>::new(&[]);
+        let _ = MaskCheckedSlice::<&[i32], 0>::new(&[]);
     }
 
     #[test]
     #[should_panic(expected = "a masked slice is not empty and a power of two long")]
     fn a_slice_of_other_length_is_refused() {
-        let _ = Masked::<&[i32], 0>::new(&[1, 2, 3]);
+        let _ = MaskCheckedSlice::<&[i32], 0>::new(&[1, 2, 3]);
     }
 }

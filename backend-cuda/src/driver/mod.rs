@@ -1,10 +1,15 @@
 //! [`CudaDriver`]: emm's [`Driver`] on a real GPU. No raw call lives here: each goes through
 //! `result`, and every handle the caller passes is checked against the ones this driver made,
 //! so a stale or foreign stream, event, pool or context is an error, never a crash.
+//!
+//! Modules: this one holds the [`Driver`] calls; `setup` opening the GPU and the calls beyond
+//! [`Driver`]; `handles` the handles this driver made and the checks against them.
+
+mod handles;
+mod setup;
 
 use std::cell::Cell;
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::Mutex;
 
 use cudarc::driver::sys;
 use emm_core::units::Bytes;
@@ -14,8 +19,9 @@ use emm_core::{
     MemPoolUsage, PhysHandle, StreamId,
 };
 
-use crate::host::HostRegions;
 use crate::result::{ctx, device, mem, stream, vmm};
+
+use handles::{advice, location, zero, Dev, Handles, Phys};
 
 /// Managed allocations are refused beyond this fraction of the device's free memory: asking
 /// for more managed memory than a card has free can hang the GPU.
@@ -28,37 +34,6 @@ const LARGE_REQUEST: u64 = 1 << 30;
 thread_local! {
     /// Whether this thread has a current context (set by us or found on first use).
     static HAS_CONTEXT: Cell<bool> = const { Cell::new(false) };
-}
-
-struct Dev {
-    cu: sys::CUdevice,
-    ctx: u64,
-    default_pool: u64,
-}
-
-/// Physical memory from `cuMemCreate`: its size and how many mappings it has.
-struct Phys {
-    size: usize,
-    mappings: u32,
-}
-
-#[derive(Default)]
-struct Handles {
-    /// Live device allocations this driver made (`cuMemAlloc`, stream-ordered): base → bytes.
-    device: BTreeMap<u64, usize>,
-    streams: BTreeMap<u64, u32>,
-    /// Streams of other libraries (CuPy, PyTorch, Numba) adopted with `adopt_stream`: raw
-    /// handle → device. Borrowed: emm uses them and never destroys them.
-    borrowed: BTreeMap<u64, u32>,
-    events: BTreeSet<u64>,
-    pools: BTreeMap<u64, u32>,
-    host: HostRegions,
-    /// Address reservations: base → size.
-    reservations: BTreeMap<u64, usize>,
-    /// Physical allocations by handle.
-    phys: BTreeMap<u64, Phys>,
-    /// Mappings: address → (size, physical handle).
-    mappings: BTreeMap<u64, (usize, u64)>,
 }
 
 /// The CUDA driver through cudarc.
@@ -81,314 +56,6 @@ impl std::fmt::Debug for CudaDriver {
 
 fn as_stream(raw: u64) -> sys::CUstream {
     raw as sys::CUstream
-}
-
-impl CudaDriver {
-    /// Opens the GPU.
-    ///
-    /// # Errors
-    ///
-    /// `CUDA_ERROR_NO_DEVICE` when `libcuda` cannot be loaded or no device is visible; any
-    /// error `cuInit` returns. Never panics, with or without a GPU.
-    pub fn new() -> DriverResult<Self> {
-        if !crate::result::driver_present() {
-            return Err(DriverError::new(
-                "cuInit",
-                CudaCode::NO_DEVICE,
-                "libcuda could not be loaded: this machine has no NVIDIA driver; use the simulated backend (--backend sim)",
-            ));
-        }
-        crate::result::init()?;
-        let n = device::count()?;
-        if n == 0 {
-            return Err(DriverError::new(
-                "cuDeviceGetCount",
-                CudaCode::NO_DEVICE,
-                "the NVIDIA driver sees no GPU on this machine",
-            ));
-        }
-        let mut devices = Vec::new();
-        for ordinal in 0..n {
-            let cu = device::get(ordinal)?;
-            let c = ctx::primary_retain(cu)?;
-            let pool = device::default_mem_pool(cu)?;
-            mem::pool_set_release_threshold(pool, u64::MAX)?;
-            devices.push(Dev {
-                cu,
-                ctx: c as u64,
-                default_pool: pool as u64,
-            });
-        }
-        let driver = CudaDriver {
-            devices,
-            handles: Mutex::new(Handles::default()),
-        };
-        driver.ensure_context()?;
-        Ok(driver)
-    }
-
-    /// Device memory held through this driver: live allocations it made (device, stream-ordered
-    /// and managed) plus what the pools it created keep in reserve beyond what they hand out
-    /// (devices' default pools are left out: the driver itself draws on them). Unlike
-    /// `cuMemGetInfo` this ignores the driver's own lazy allocations, so a leak check can use it.
-    ///
-    /// # Errors
-    ///
-    /// Reading a pool's attributes failed.
-    pub fn allocated_bytes(&self) -> DriverResult<u64> {
-        let (live, pools): (u64, Vec<u64>) = {
-            let h = self.lock();
-            let live = h
-                .device
-                .values()
-                .chain(h.host.managed.values())
-                .map(|n| *n as u64)
-                .sum();
-            let pools = h.pools.keys().copied().collect();
-            (live, pools)
-        };
-        let mut spare = 0;
-        for p in pools {
-            let u = self.mem_pool_usage(MemPoolId(p))?;
-            spare += u.reserved.saturating_sub(u.used);
-        }
-        Ok(live + spare)
-    }
-
-    /// Live device and managed allocations made through this driver, lowest address first.
-    pub fn live_allocations(&self) -> Vec<(DevicePtr, usize)> {
-        let h = self.lock();
-        let mut v: Vec<(DevicePtr, usize)> = h
-            .device
-            .iter()
-            .chain(h.host.managed.iter())
-            .map(|(p, n)| (DevicePtr(*p), *n))
-            .collect();
-        v.sort();
-        v
-    }
-
-    /// Adopts a stream another library created (a raw `CUstream` from CuPy, PyTorch or Numba)
-    /// so that stream-ordered calls accept it: checked once with `cuStreamGetCtx`, which also
-    /// tells its device. `0` and `1` (`CU_STREAM_LEGACY`) are the legacy default stream, `2` the
-    /// per-thread one. The stream stays borrowed: emm never destroys it, and
-    /// [`CudaDriver::forget_stream`] drops it from the list.
-    ///
-    /// # Errors
-    ///
-    /// `CUDA_ERROR_INVALID_HANDLE` (or the driver's code) for a handle that is not a live
-    /// stream; `CUDA_ERROR_INVALID_CONTEXT` for a stream of a context that is not a device's
-    /// primary context, or of a device other than `device`.
-    pub fn adopt_stream(&self, raw: u64, device: DeviceId) -> DriverResult<StreamId> {
-        match raw {
-            0 | 1 => return Ok(StreamId::DEFAULT),
-            2 => return Ok(StreamId::PER_THREAD),
-            _ => {}
-        }
-        let known = {
-            let h = self.lock();
-            h.streams
-                .get(&raw)
-                .or_else(|| h.borrowed.get(&raw))
-                .copied()
-        };
-        let d = match known {
-            Some(d) => d,
-            None => {
-                self.ensure_context()?;
-                let c = stream::get_ctx(as_stream(raw))?;
-                let d = self.ctx_device(ContextId(c as u64)).map_err(|_| {
-                    DriverError::new(
-                        "cuStreamGetCtx",
-                        CudaCode::INVALID_CONTEXT,
-                        format!(
-                            "stream {raw:#x} belongs to a context that is not a device's primary \
-                             context; emm serves primary contexts only (as Numba, CuPy and \
-                             PyTorch use)"
-                        ),
-                    )
-                })?;
-                self.lock().borrowed.insert(raw, d);
-                d
-            }
-        };
-        if d != device.0 {
-            return Err(DriverError::new(
-                "cuStreamGetCtx",
-                CudaCode::INVALID_CONTEXT,
-                format!(
-                    "stream {raw:#x} belongs to device {d}, not device {}; pass the stream of \
-                     the device you allocate on",
-                    device.0
-                ),
-            ));
-        }
-        Ok(StreamId(raw))
-    }
-
-    /// Forgets a stream adopted with [`CudaDriver::adopt_stream`] (its owner is about to
-    /// destroy it); returns whether it was adopted. Never destroys the stream.
-    pub fn forget_stream(&self, s: StreamId) -> bool {
-        self.lock().borrowed.remove(&s.0).is_some()
-    }
-
-    fn lock(&self) -> MutexGuard<'_, Handles> {
-        self.handles.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Makes device 0's primary context current on a thread that has none, as the runtime API
-    /// does.
-    #[inline]
-    fn ensure_context(&self) -> DriverResult<()> {
-        if HAS_CONTEXT.with(Cell::get) {
-            return Ok(());
-        }
-        if ctx::get_current()?.is_null() {
-            ctx::set_current(self.devices[0].ctx as sys::CUcontext)?;
-        }
-        HAS_CONTEXT.with(|c| c.set(true));
-        Ok(())
-    }
-
-    fn dev(&self, device: DeviceId) -> DriverResult<&Dev> {
-        self.devices.get(device.0 as usize).ok_or_else(|| {
-            DriverError::new(
-                "cuDeviceGet",
-                CudaCode::INVALID_DEVICE,
-                format!(
-                    "device {} does not exist; this machine has {} device(s)",
-                    device.0,
-                    self.devices.len()
-                ),
-            )
-        })
-    }
-
-    fn ctx_device(&self, c: ContextId) -> DriverResult<u32> {
-        self.devices
-            .iter()
-            .position(|d| d.ctx == c.0)
-            .map(|i| i as u32)
-            .ok_or_else(|| {
-                DriverError::new(
-                    "cuCtxSetCurrent",
-                    CudaCode::INVALID_CONTEXT,
-                    format!(
-                        "{c} is not a primary context of this driver; use primary_context(device)"
-                    ),
-                )
-            })
-    }
-
-    fn current_device(&self) -> DriverResult<u32> {
-        self.ensure_context()?;
-        let c = ctx::get_current()? as u64;
-        self.ctx_device(ContextId(c))
-    }
-
-    /// Refuses a large stream-ordered request that cannot fit, before the driver sees it: one
-    /// that exceeds the device's free memory plus what `pool` holds unused. On an H200 a
-    /// refused near-total `cuMemAllocAsync` was followed by a sticky
-    /// `CUDA_ERROR_ILLEGAL_ADDRESS` on the next copy of managed memory; the check keeps such
-    /// requests away from the driver's failure path. Callers ask only for requests of at least
-    /// [`LARGE_REQUEST`], so small ones cost one branch and no driver call.
-    fn refuse_beyond_reach(
-        &self,
-        call: &'static str,
-        size: usize,
-        pool: MemPoolId,
-    ) -> DriverResult<()> {
-        let usage = self.mem_pool_usage(pool)?;
-        let idle = usage.reserved.saturating_sub(usage.used);
-        let (free, _) = mem::get_info()?;
-        let reach = (free as u64).saturating_add(idle);
-        if size as u64 > reach {
-            return Err(DriverError::new(
-                call,
-                CudaCode::OUT_OF_MEMORY,
-                format!(
-                    "requested {}: more than the device's {} free plus the pool's {} unused; free memory first",
-                    Bytes(size as u64),
-                    Bytes(free as u64),
-                    Bytes(idle)
-                ),
-            ));
-        }
-        Ok(())
-    }
-
-    /// The raw stream for `s`, checked: the legacy default stream, or one this driver made.
-    fn stream(&self, s: StreamId) -> DriverResult<sys::CUstream> {
-        if s == StreamId::DEFAULT || s == StreamId::PER_THREAD || {
-            let h = self.lock();
-            h.streams.contains_key(&s.0) || h.borrowed.contains_key(&s.0)
-        } {
-            Ok(as_stream(s.0))
-        } else {
-            Err(DriverError::new(
-                "cuStream*",
-                CudaCode::INVALID_HANDLE,
-                format!("{s} is not a live stream of this driver (destroyed, or never created)"),
-            ))
-        }
-    }
-
-    fn opt_stream(&self, s: Option<StreamId>) -> DriverResult<Option<sys::CUstream>> {
-        s.map(|s| self.stream(s)).transpose()
-    }
-
-    fn event(&self, e: EventId) -> DriverResult<sys::CUevent> {
-        if self.lock().events.contains(&e.0) {
-            Ok(e.0 as sys::CUevent)
-        } else {
-            Err(DriverError::new(
-                "cuEvent*",
-                CudaCode::INVALID_HANDLE,
-                format!("{e} is not a live event of this driver (destroyed, or never created)"),
-            ))
-        }
-    }
-
-    fn pool(&self, p: MemPoolId) -> DriverResult<sys::CUmemoryPool> {
-        if self.devices.iter().any(|d| d.default_pool == p.0)
-            || self.lock().pools.contains_key(&p.0)
-        {
-            Ok(p.0 as sys::CUmemoryPool)
-        } else {
-            Err(DriverError::new(
-                "cuMemPool*",
-                CudaCode::INVALID_VALUE,
-                format!("{p} is not a live memory pool of this driver"),
-            ))
-        }
-    }
-}
-
-fn location(l: Location) -> sys::CUmemLocation {
-    match l {
-        Location::Host => mem::location(None),
-        Location::Device(d) => mem::location(Some(d.0 as i32)),
-    }
-}
-
-fn advice(a: Advice) -> sys::CUmem_advise {
-    use sys::CUmem_advise as A;
-    match a {
-        Advice::SetReadMostly => A::CU_MEM_ADVISE_SET_READ_MOSTLY,
-        Advice::UnsetReadMostly => A::CU_MEM_ADVISE_UNSET_READ_MOSTLY,
-        Advice::SetPreferredLocation => A::CU_MEM_ADVISE_SET_PREFERRED_LOCATION,
-        Advice::UnsetPreferredLocation => A::CU_MEM_ADVISE_UNSET_PREFERRED_LOCATION,
-        Advice::SetAccessedBy => A::CU_MEM_ADVISE_SET_ACCESSED_BY,
-        Advice::UnsetAccessedBy => A::CU_MEM_ADVISE_UNSET_ACCESSED_BY,
-    }
-}
-
-fn zero(call: &'static str) -> DriverError {
-    DriverError::new(
-        call,
-        CudaCode::INVALID_VALUE,
-        "size 0 was requested; ask for at least 1 byte",
-    )
 }
 
 impl Driver for CudaDriver {

@@ -8,16 +8,16 @@
 //! at peak 1.098 × peak live without it after the first pass, 1.084 with it (the
 //! book's "Resources and adaptors"). The segment grows by extending the wilderness and shrinks by cutting it.
 
-use super::block::{Block, LIVE, NIL};
-use super::heap::CoalescingHeap;
-use super::tlsf::GRANULE;
+use super::CoalescingHeap;
+use crate::mr::detail::record::{Block, LIVE, NIL};
+use crate::mr::detail::tlsf::GRANULE;
 
 impl CoalescingHeap {
     /// Keeps the free last block of the chunk out of the lists from now on. Call it on an
     /// empty heap that will hold one chunk, grown and cut at its end.
     pub(crate) fn set_wilderness(&mut self) {
         debug_assert!(self.chunks().is_empty());
-        self.wilderness = true;
+        self.keeps_wilderness = true;
     }
 
     /// The wilderness, if there is one: its address, size and owning slot.
@@ -26,14 +26,14 @@ impl CoalescingHeap {
     ///
     /// O(1).
     pub(crate) fn wild(&self) -> Option<(u64, u64, usize)> {
-        let b = self.slab.get(self.wild?);
+        let b = self.slab.get(self.wilderness_block?);
         Some((b.addr, b.size(), usize::from(b.owner)))
     }
 
     /// Gives the wilderness to `slot` (the caller ordered `slot`'s stream after its owner's)
     /// and merges it with `slot`'s free block just below it.
     pub(crate) fn take_wild(&mut self, slot: usize) {
-        let Some(w) = self.wild else {
+        let Some(w) = self.wilderness_block else {
             return;
         };
         self.slab.get_mut(w).owner = slot as u16;
@@ -42,7 +42,7 @@ impl CoalescingHeap {
         if usize::from(self.slab.get(prev).owner) == slot {
             self.lists[slot].index.remove(&mut self.slab.view(), prev);
             self.absorb_next(prev, w);
-            self.wild = Some(prev);
+            self.wilderness_block = Some(prev);
         }
     }
 
@@ -53,12 +53,12 @@ impl CoalescingHeap {
     ///
     /// O(1).
     pub(crate) fn allocate_wild(&mut self, slot: usize, size: u64, requested: u64) -> Option<u64> {
-        let w = self.wild?;
+        let w = self.wilderness_block?;
         let b = *self.slab.get(w);
         if usize::from(b.owner) != slot || b.size() < size {
             return None;
         }
-        self.wild = None;
+        self.wilderness_block = None;
         if b.size() > size {
             let rest = self.slab.insert(Block {
                 addr: b.addr + size,
@@ -72,19 +72,19 @@ impl CoalescingHeap {
             });
             self.slab.get_mut(w).next_phys = rest;
             self.slab.get_mut(w).set_size(size);
-            self.wild = Some(rest);
+            self.wilderness_block = Some(rest);
         }
         let blk = self.slab.get_mut(w);
         blk.owner = LIVE;
         blk.set_requested(requested);
-        self.live.insert(&mut self.slab.view(), b.addr, w);
+        self.live_blocks.insert(&mut self.slab.view(), b.addr, w);
         self.live_bytes += size;
         Some(b.addr)
     }
 
     /// The last block of chunk 0.
     fn last_block(&self) -> u32 {
-        if let Some(w) = self.wild {
+        if let Some(w) = self.wilderness_block {
             return w;
         }
         let mut i = self.chunks()[0].first;
@@ -102,13 +102,13 @@ impl CoalescingHeap {
     ///
     /// O(1) with a wilderness; O(blocks of the chunk) when its last block is live.
     pub(crate) fn extend_chunk(&mut self, slot: usize, bytes: u64) {
-        debug_assert!(self.wilderness && bytes >= GRANULE && bytes.is_multiple_of(GRANULE));
+        debug_assert!(self.keeps_wilderness && bytes >= GRANULE && bytes.is_multiple_of(GRANULE));
         let last = self.last_block();
         let b = *self.slab.get(last);
-        if self.wild == Some(last) && usize::from(b.owner) == slot {
+        if self.wilderness_block == Some(last) && usize::from(b.owner) == slot {
             self.slab.get_mut(last).set_size(b.size() + bytes);
         } else {
-            if self.wild == Some(last) {
+            if self.wilderness_block == Some(last) {
                 let owner = usize::from(b.owner);
                 self.lists[owner].index.insert(&mut self.slab.view(), last);
             }
@@ -123,7 +123,7 @@ impl CoalescingHeap {
                 class: 0,
             });
             self.slab.get_mut(last).next_phys = i;
-            self.wild = Some(i);
+            self.wilderness_block = Some(i);
         }
         self.chunks[0].size += bytes;
         self.held += bytes;
@@ -137,7 +137,7 @@ impl CoalescingHeap {
     ///
     /// O(1).
     pub(crate) fn cut_chunk(&mut self, end: u64) -> u64 {
-        let (Some(w), Some(c)) = (self.wild, self.chunks().first().copied()) else {
+        let (Some(w), Some(c)) = (self.wilderness_block, self.chunks().first().copied()) else {
             return 0;
         };
         let b = *self.slab.get(w);
@@ -150,7 +150,7 @@ impl CoalescingHeap {
         if end > b.addr {
             self.slab.get_mut(w).set_size(end - b.addr);
         } else {
-            self.wild = None;
+            self.wilderness_block = None;
             self.slab.remove(w);
             if b.prev_phys == NIL {
                 self.chunks.clear();

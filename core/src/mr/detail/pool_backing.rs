@@ -1,16 +1,16 @@
-//! [`Source`]: where a pool's memory comes from — chunks from its upstream, or one expandable
-//! segment from its upstream's driver — decided when it first takes memory.
+//! [`PoolBacking`]: where a pool's memory comes from — chunks from its upstream, or one
+//! expandable segment from its upstream's driver — decided when it first takes memory.
 
 use crate::driver::Driver;
 use crate::error::DriverResult;
-use crate::mr::detail::block::MAX_CHUNK;
 use crate::mr::detail::heap::CoalescingHeap;
+use crate::mr::detail::record::MAX_CHUNK;
 use crate::mr::detail::segment::ExpandableSegment;
 use crate::mr::pool_options::Backing;
 
 /// Where a pool's memory comes from.
 #[derive(Debug, Default)]
-pub(crate) enum Source {
+pub(crate) enum PoolBacking {
     /// The pool has taken no memory yet.
     #[default]
     Undecided,
@@ -20,13 +20,13 @@ pub(crate) enum Source {
     Segment(ExpandableSegment),
 }
 
-impl Source {
+impl PoolBacking {
     /// The backing in force, once decided.
-    pub(crate) fn backing(&self) -> Option<Backing> {
+    pub(crate) fn kind(&self) -> Option<Backing> {
         match self {
-            Source::Undecided => None,
-            Source::Chunks => Some(Backing::Chunks),
-            Source::Segment(_) => Some(Backing::Expandable),
+            PoolBacking::Undecided => None,
+            PoolBacking::Chunks => Some(Backing::Chunks),
+            PoolBacking::Segment(_) => Some(Backing::Expandable),
         }
     }
 
@@ -41,10 +41,10 @@ impl Source {
         driver: &dyn Driver,
         maximum: Option<u64>,
     ) {
-        if !matches!(self, Source::Undecided) {
+        if !matches!(self, PoolBacking::Undecided) {
             return;
         }
-        *self = Source::Chunks;
+        *self = PoolBacking::Chunks;
         if wanted != Backing::Expandable || !driver_backed || !heap.chunks().is_empty() {
             return;
         }
@@ -56,7 +56,7 @@ impl Source {
             .min(MAX_CHUNK);
         if let Ok(seg) = ExpandableSegment::reserve(driver, span) {
             heap.set_wilderness();
-            *self = Source::Segment(seg);
+            *self = PoolBacking::Segment(seg);
         }
     }
 
@@ -72,7 +72,7 @@ impl Source {
         driver: &dyn Driver,
         synchronized: bool,
     ) -> DriverResult<u64> {
-        let Source::Segment(seg) = self else {
+        let PoolBacking::Segment(seg) = self else {
             return Ok(0);
         };
         if heap.wild().is_none() {
@@ -92,10 +92,10 @@ impl Source {
         heap: &mut CoalescingHeap,
         driver: &dyn Driver,
     ) -> bool {
-        let Source::Segment(_) = self else {
+        let PoolBacking::Segment(_) = self else {
             return false;
         };
-        if let Source::Segment(seg) = std::mem::take(self) {
+        if let PoolBacking::Segment(seg) = std::mem::take(self) {
             // Errors have no caller to go to: what the driver refuses stays with it.
             let _ = driver.context_synchronize();
             let _ = seg.destroy(driver);

@@ -1,0 +1,226 @@
+//! What memory holds, and the copies and fills that change it (`cuMemcpy*`, `cuMemsetD8`, host
+//! loads and stores).
+
+use emm_core::{DriverResult, StreamId};
+
+use crate::config::CostModel;
+use crate::state::{Accessor, AllocKind, State, CHUNK, POISON};
+
+impl State {
+    pub(crate) fn write_bytes(&mut self, mut addr: u64, mut src: &[u8]) {
+        if !self.cfg.track_contents {
+            return;
+        }
+        while !src.is_empty() {
+            let chunk = addr & !(CHUNK - 1);
+            let off = (addr - chunk) as usize;
+            let n = src.len().min(CHUNK as usize - off);
+            let buf = self
+                .contents
+                .entry(chunk)
+                .or_insert_with(|| vec![POISON; CHUNK as usize].into_boxed_slice());
+            buf[off..off + n].copy_from_slice(&src[..n]);
+            src = &src[n..];
+            addr += n as u64;
+        }
+    }
+
+    pub(crate) fn read_bytes(&self, mut addr: u64, mut dst: &mut [u8]) {
+        if !self.cfg.track_contents {
+            dst.fill(POISON);
+            return;
+        }
+        while !dst.is_empty() {
+            let chunk = addr & !(CHUNK - 1);
+            let off = (addr - chunk) as usize;
+            let n = dst.len().min(CHUNK as usize - off);
+            match self.contents.get(&chunk) {
+                Some(buf) => dst[..n].copy_from_slice(&buf[off..off + n]),
+                None => dst[..n].fill(POISON),
+            }
+            dst = &mut dst[n..];
+            addr += n as u64;
+        }
+    }
+
+    pub(crate) fn fill_bytes(&mut self, addr: u64, value: u8, len: u64) {
+        if !self.cfg.track_contents {
+            return;
+        }
+        let mut done = 0;
+        let block = vec![value; CHUNK as usize];
+        while done < len {
+            let n = (len - done).min(CHUNK - ((addr + done) & (CHUNK - 1)));
+            self.write_bytes(addr + done, &block[..n as usize]);
+            done += n;
+        }
+    }
+
+    /// Poisons freed memory: its chunks are dropped and read back as [`POISON`].
+    pub(crate) fn poison(&mut self, addr: u64, len: u64) {
+        if !self.cfg.track_contents || self.contents.is_empty() {
+            return;
+        }
+        let first = addr & !(CHUNK - 1);
+        let chunks: Vec<u64> = self
+            .contents
+            .range(first..addr + len)
+            .map(|(k, _)| *k)
+            .collect();
+        for c in chunks {
+            let (lo, hi) = (c.max(addr), (c + CHUNK).min(addr + len));
+            if lo == c && hi == c + CHUNK {
+                self.contents.remove(&c);
+            } else if let Some(buf) = self.contents.get_mut(&c) {
+                buf[(lo - c) as usize..(hi - c) as usize].fill(POISON);
+            }
+        }
+    }
+
+    // ---- copies ----------------------------------------------------------------------------
+
+    /// Runs a copy or set on `stream` (or synchronously on the default stream).
+    pub(crate) fn on_stream(
+        &mut self,
+        p: u32,
+        stream: Option<StreamId>,
+    ) -> DriverResult<(u64, bool)> {
+        let s = self.stream(p, stream.unwrap_or(StreamId::DEFAULT))?;
+        Ok((s, stream.is_none()))
+    }
+
+    pub(crate) fn memcpy_htod(
+        &mut self,
+        p: u32,
+        dst: u64,
+        src: &[u8],
+        stream: Option<StreamId>,
+    ) -> DriverResult<()> {
+        let (s, sync) = self.on_stream(p, stream)?;
+        let ns = CostModel::transfer_ns(src.len() as u64, self.cfg.costs.copy_bytes_per_us);
+        self.charge(p, self.cfg.costs.call_ns);
+        if src.is_empty() {
+            return Ok(());
+        }
+        // CUDA's synchronous form from pageable memory waits for the stream's earlier work,
+        // stages the bytes and returns: the copy itself may still be in flight.
+        if sync {
+            self.host_wait_stream(p, s);
+        }
+        let target = self.access(
+            p,
+            Accessor::Stream(s),
+            dst,
+            src.len() as u64,
+            true,
+            false,
+            ns,
+        )?;
+        self.write_bytes(target, src);
+        Ok(())
+    }
+
+    pub(crate) fn memcpy_dtoh(
+        &mut self,
+        p: u32,
+        dst: &mut [u8],
+        src: u64,
+        stream: Option<StreamId>,
+    ) -> DriverResult<()> {
+        let (s, _) = self.on_stream(p, stream)?;
+        let ns = CostModel::transfer_ns(dst.len() as u64, self.cfg.costs.copy_bytes_per_us);
+        self.charge(p, self.cfg.costs.call_ns);
+        if dst.is_empty() {
+            return Ok(());
+        }
+        let target = self.access(
+            p,
+            Accessor::Stream(s),
+            src,
+            dst.len() as u64,
+            false,
+            false,
+            ns,
+        )?;
+        self.read_bytes(target, dst);
+        // A pageable destination holds the bytes when the call returns: the host waits.
+        self.host_wait_stream(p, s);
+        Ok(())
+    }
+
+    pub(crate) fn memcpy_dtod(
+        &mut self,
+        p: u32,
+        dst: u64,
+        src: u64,
+        size: u64,
+        stream: Option<StreamId>,
+    ) -> DriverResult<()> {
+        let (s, sync) = self.on_stream(p, stream)?;
+        let ns = CostModel::transfer_ns(size, self.cfg.costs.d2d_bytes_per_us);
+        self.charge(p, self.cfg.costs.call_ns);
+        if size == 0 {
+            return Ok(());
+        }
+        // Resolve both ends before touching either, so a bad destination changes nothing.
+        self.resolve(p, dst, size, true, false)?;
+        let from = self.access(p, Accessor::Stream(s), src, size, false, false, ns)?;
+        let to = self.access(p, Accessor::Stream(s), dst, size, true, false, 0)?;
+        if self.cfg.track_contents {
+            let mut buf = vec![0u8; size as usize];
+            self.read_bytes(from, &mut buf);
+            self.write_bytes(to, &buf);
+        }
+        // A device-to-device copy never synchronizes the host, even in its synchronous form.
+        let _ = sync;
+        Ok(())
+    }
+
+    pub(crate) fn memset_d8(
+        &mut self,
+        p: u32,
+        dst: u64,
+        value: u8,
+        size: u64,
+        stream: Option<StreamId>,
+    ) -> DriverResult<()> {
+        let (s, sync) = self.on_stream(p, stream)?;
+        let ns = CostModel::transfer_ns(size, self.cfg.costs.d2d_bytes_per_us);
+        self.charge(p, self.cfg.costs.call_ns);
+        if size == 0 {
+            return Ok(());
+        }
+        // cuMemsetD8 runs as a kernel: it needs device-accessible memory (a host range only
+        // while it is mapped), faults managed pages over, and needs peer access across devices.
+        let target = self.access(p, Accessor::Stream(s), dst, size, true, true, ns)?;
+        self.fill_bytes(target, value, size);
+        // cuMemsetD8 is asynchronous with respect to the host unless it sets pinned host memory.
+        let pinned = self
+            .containing(target)
+            .is_some_and(|(_, a)| matches!(a.kind, AllocKind::Pinned { .. }));
+        if sync && pinned {
+            self.host_wait_stream(p, s);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn host_read(&mut self, p: u32, src: u64, dst: &mut [u8]) -> DriverResult<()> {
+        self.charge(p, self.cfg.costs.call_ns);
+        if dst.is_empty() {
+            return Ok(());
+        }
+        let target = self.access(p, Accessor::Host, src, dst.len() as u64, false, false, 0)?;
+        self.read_bytes(target, dst);
+        Ok(())
+    }
+
+    pub(crate) fn host_write(&mut self, p: u32, dst: u64, src: &[u8]) -> DriverResult<()> {
+        self.charge(p, self.cfg.costs.call_ns);
+        if src.is_empty() {
+            return Ok(());
+        }
+        let target = self.access(p, Accessor::Host, dst, src.len() as u64, true, false, 0)?;
+        self.write_bytes(target, src);
+        Ok(())
+    }
+}
