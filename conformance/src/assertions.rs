@@ -37,14 +37,20 @@ pub fn check_interface_version(name: &str, factory: u32, manager: u32) -> Result
     Ok(())
 }
 
-/// "256-byte aligned".
-pub fn check_memalloc_aligned(ptr: DevicePtr, requested: usize) -> Result<(), String> {
-    if ptr.0.is_multiple_of(ALIGNMENT) {
+/// "256-byte aligned", or aligned to the larger `align` a request asked for.
+pub fn check_memalloc_aligned(ptr: DevicePtr, requested: usize, align: u64) -> Result<(), String> {
+    let align = align.max(ALIGNMENT);
+    if ptr.0.is_multiple_of(align) {
         return Ok(());
     }
+    let asked = if align == ALIGNMENT {
+        format!("memalloc({requested})")
+    } else {
+        format!("allocate_aligned({requested}, {align})")
+    };
     Err(format!(
-        "memalloc({requested}) returned {ptr}, which is {} bytes past a {ALIGNMENT}-byte boundary",
-        ptr.0 % ALIGNMENT
+        "{asked} returned {ptr}, which is {} bytes past a {align}-byte boundary",
+        ptr.0 % align
     ))
 }
 
@@ -284,12 +290,17 @@ mod tests {
 
     #[test]
     fn messages_say_what_came_back_and_what_the_rule_wants() {
-        let e = check_memalloc_aligned(DevicePtr(0x1008), 64).unwrap_err();
+        let e = check_memalloc_aligned(DevicePtr(0x1008), 64, ALIGNMENT).unwrap_err();
         assert_eq!(
             e,
             "memalloc(64) returned dptr:0x1008, which is 8 bytes past a 256-byte boundary"
         );
-        assert!(check_memalloc_aligned(DevicePtr(0x1100), 64).is_ok());
+        assert!(check_memalloc_aligned(DevicePtr(0x1100), 64, ALIGNMENT).is_ok());
+        let e = check_memalloc_aligned(DevicePtr(0x1100), 64, 4096).unwrap_err();
+        assert_eq!(
+            e,
+            "allocate_aligned(64, 4096) returned dptr:0x1100, which is 256 bytes past a 4096-byte boundary"
+        );
         let info = Ok(MemoryInfo { free: 10, total: 5 });
         let e = check_get_memory_info_consistent(&info, true, 100).unwrap_err();
         assert_eq!(e, "get_memory_info() says free 10 > total 5");

@@ -26,7 +26,7 @@ pub enum CheckId {
     ResetFreesEverything,
     /// Every finalizer runs exactly once; teardown leaks nothing.
     FinalizerRunsOnce,
-    /// `memalloc` pointers are 256-byte aligned.
+    /// `memalloc` pointers are 256-byte aligned; an aligned request's, aligned as asked.
     MemallocAligned,
     /// `memalloc` memory is device memory of at least the requested size.
     MemallocInDeviceMemory,
@@ -58,6 +58,8 @@ pub enum CheckId {
     StreamOrderedReuse,
     /// Over many cycles of the same requests, what the plugin holds stops growing.
     HeldBytesStaySteady,
+    /// Over many cycles of the same requests, a sandboxed plugin's own memory stops growing.
+    GuestMemoryStaysSteady,
     /// A sandboxed plugin's own statistics agree with what the host knows.
     StatsAgreeWithTheHost,
     /// Threads never receive overlapping memory.
@@ -114,7 +116,7 @@ pub const CHECKS: &[CheckInfo] = &[
     info(CheckId::FinalizerRunsOnce, NBEP7,
         "finalizer: A method that is called when the last reference to the MemoryPointer object is released."),
     info(CheckId::MemallocAligned, DESIGN,
-        "memalloc returns at least the requested bytes, 256-byte aligned, inside device memory, never overlapping another live allocation."),
+        "memalloc returns at least the requested bytes, 256-byte aligned, inside device memory, never overlapping another live allocation; a request that names a larger alignment (emm_alloc's align, a power of two ≥ 256) gets it, or is declined as unsupported."),
     info(CheckId::MemallocInDeviceMemory, EMM_REF,
         "memalloc(size): Allocate on-device memory in the current context. Returns: A memory pointer instance that owns the allocated memory."),
     info(CheckId::MemallocNeverOverlaps, DESIGN,
@@ -148,6 +150,8 @@ pub const CHECKS: &[CheckInfo] = &[
         Observes::RACES),
     info(CheckId::HeldBytesStaySteady, DESIGN,
         "A long-lived program makes the same requests for hours: over many cycles of allocations, frees and resets, the memory a plugin holds stops growing."),
+    info(CheckId::GuestMemoryStaysSteady, DESIGN,
+        "A long-lived program makes the same requests for hours: over many cycles of the same requests, a sandboxed plugin's linear memory, which it can grow and never give back, stops growing."),
     info(CheckId::StatsAgreeWithTheHost, "emm plugin ABI v1 (plugins/ABI.md)",
         "emm_stats: The address of four u64s: free bytes, free blocks, largest free block, bytes of chunks held — the plugin's own word, shown beside what the host knows."),
     info(CheckId::ConcurrentUseNeverOverlaps, DESIGN,
@@ -181,6 +185,7 @@ impl CheckId {
             CheckId::OnlyThePluginAllocates => "only_the_plugin_allocates",
             CheckId::StreamOrderedReuse => "stream_ordered_reuse",
             CheckId::HeldBytesStaySteady => "held_bytes_stay_steady",
+            CheckId::GuestMemoryStaysSteady => "guest_memory_stays_steady",
             CheckId::StatsAgreeWithTheHost => "stats_agree_with_the_host",
             CheckId::ConcurrentUseNeverOverlaps => "concurrent_use_never_overlaps",
             CheckId::ProducerConsumerAcrossStreams => "producer_consumer_across_streams",

@@ -44,6 +44,35 @@ pub struct Coverage {
     /// A sandboxed plugin's own statistics compared with the host's.
     #[serde(default)]
     pub stats_checked: u64,
+    /// Of the out-of-memory answers checked, those that followed a chunk request the host
+    /// refused for a configured limit (`PluginLimits::max_held_bytes`, `max_chunks`).
+    #[serde(default)]
+    pub oom_at_limit: u64,
+    /// Alignments above 256 bytes that requests asked for and got memory, as a mask: bit `k`
+    /// is set once a request aligned to `2^k` bytes was served.
+    #[serde(default)]
+    pub alignments_served: u64,
+    /// Alignments above 256 bytes the plugin declined as unsupported (the ABI's `-2`), as a
+    /// mask of base-2 logarithms.
+    #[serde(default)]
+    pub alignments_unsupported: u64,
+    /// Rounds of the steady state after which a sandboxed plugin's linear memory was read.
+    #[serde(default)]
+    pub guest_memory_checked: u64,
+}
+
+/// `mask`'s alignments (bit `k`: `2^k` bytes) as "N (from X to Y)", or "none".
+fn alignments(mask: u64) -> String {
+    if mask == 0 {
+        return "none".to_string();
+    }
+    let (lo, hi) = (mask.trailing_zeros(), 63 - mask.leading_zeros());
+    format!(
+        "{} (from {} to {})",
+        mask.count_ones(),
+        Bytes(1 << lo),
+        Bytes(1 << hi)
+    )
 }
 
 /// The power-of-two class of a request of `bytes` (0 for 0 and 1 byte).
@@ -69,6 +98,10 @@ impl Coverage {
         self.managed += o.managed;
         self.memory_info += o.memory_info;
         self.stats_checked += o.stats_checked;
+        self.oom_at_limit += o.oom_at_limit;
+        self.alignments_served |= o.alignments_served;
+        self.alignments_unsupported |= o.alignments_unsupported;
+        self.guest_memory_checked += o.guest_memory_checked;
     }
 
     /// Records a device request of `bytes`.
@@ -104,6 +137,10 @@ impl Coverage {
             CheckId::OutOfMemoryIsHonest if self.oom_checked == 0 => {
                 Some("no out-of-memory answer could be checked against the plugin's upstream calls")
             }
+            CheckId::GuestMemoryStaysSteady if self.guest_memory_checked == 0 => Some(
+                "no guest memory was read after the steady state's rounds (the plugin is no \
+                 sandboxed plugin, or its steady state did not run)",
+            ),
             CheckId::StatsAgreeWithTheHost if self.stats_checked == 0 => {
                 Some("the plugin reports no statistics of its own (no emm_stats), or is no sandboxed plugin")
             }
@@ -137,17 +174,32 @@ impl Coverage {
             .collect();
         let _ = writeln!(
             out,
-            "  streams: lanes [{}], {} cross-stream reuse(s); alignment: 256 (memalloc takes none)",
+            "  streams: lanes [{}], {} cross-stream reuse(s)",
             lanes.join(", "),
             self.cross_stream_reuses
         );
+        if self.alignments_served | self.alignments_unsupported == 0 {
+            out.push_str(
+                "  alignment: 256 only (memalloc takes none, and the manager offers no aligned \
+                 request)\n",
+            );
+        } else {
+            let _ = writeln!(
+                out,
+                "  alignment: 256 (memalloc); above it, through allocate_aligned: served {}, \
+                 declined as unsupported {}",
+                alignments(self.alignments_served),
+                alignments(self.alignments_unsupported)
+            );
+        }
         let _ = writeln!(
             out,
-            "  live high-water: {}; out of memory: {} answer(s), {} checked against upstream calls; \
-             resets: {}; defer scopes: {} (deepest {})",
+            "  live high-water: {}; out of memory: {} answer(s), {} checked against upstream calls \
+             ({} at a configured limit); resets: {}; defer scopes: {} (deepest {})",
             self.live_high_water,
             self.oom_answers,
             self.oom_checked,
+            self.oom_at_limit,
             self.resets,
             self.defer_scopes,
             self.deepest_defer
@@ -185,5 +237,20 @@ mod tests {
             Coverage::default().unexercised(CheckId::MemallocAligned),
             None
         );
+        let mut c = Coverage {
+            alignments_served: 1 << 9 | 1 << 21,
+            alignments_unsupported: 1 << 40,
+            ..Coverage::default()
+        };
+        c.merge(&Coverage {
+            alignments_served: 1 << 12,
+            ..Coverage::default()
+        });
+        let text = c.to_text();
+        assert!(
+            text.contains("served 3 (from 512 B to 2.0 MiB), declined as unsupported 1 (from 1.0 TiB to 1.0 TiB)"),
+            "{text}"
+        );
+        assert!(Coverage::default().to_text().contains("256 only"));
     }
 }

@@ -234,7 +234,13 @@ pub fn scenarios() -> Vec<(&'static str, Vec<Op>)> {
                 Drop { pick: 0 },
             ],
         ),
-        ("every size class and boundary, 1 B to 64 GiB", sizes()),
+        // One scenario for sizes and alignments: another scenario would move the seeds of
+        // the random cases that follow (a case's seed comes from its index).
+        (
+            "every size class and boundary, 1 B to 64 GiB, and every alignment the ABI allows, \
+             512 B to 1 TiB (allocate_aligned)",
+            [sizes(), alignments()].concat(),
+        ),
         (
             "steady state: thousands of allocations and frees",
             vec![SteadyState { rounds: 48 }],
@@ -254,6 +260,27 @@ pub fn scenarios() -> Vec<(&'static str, Vec<Op>)> {
             ],
         ),
     ]
+}
+
+/// Two requests at every alignment above 256 bytes (an odd size and a page), both live while
+/// a third at the next alignment comes, written and read back, then freed.
+fn alignments() -> Vec<Op> {
+    let mut ops = Vec::new();
+    for align in crate::transition::ALIGN_CLASSES {
+        ops.push(Op::MemallocAligned {
+            size: Size::Odd(300),
+            align,
+        });
+        ops.push(Op::MemallocAligned {
+            size: Size::Pages(0),
+            align,
+        });
+        ops.push(Op::Write { pick: 1, lane: 0 });
+        ops.push(Op::Verify);
+        ops.push(Op::Drop { pick: 0 });
+        ops.push(Op::Drop { pick: 0 });
+    }
+    ops
 }
 
 /// One request in every power-of-two class and at every boundary ±1 byte, each freed before

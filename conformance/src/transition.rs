@@ -27,6 +27,14 @@ pub const CLASSES: u8 = 37;
 /// size truncated to 32 bits wraps).
 pub const EDGE_UNITS: [u64; 4] = [256, 4096, 2 << 20, 4 << 30];
 
+/// The largest alignment a request may ask for, as its base-2 logarithm: 1 TiB, the largest
+/// chunk the plugin ABI allows (`MAX_CHUNK_BYTES`).
+pub const MAX_ALIGN_LOG: u8 = 40;
+
+/// The alignments above 256 bytes the suite asks for, as base-2 logarithms: every power of two
+/// from 512 B to 2 MiB (an allocation granule), then 1 GiB and the largest the ABI allows.
+pub const ALIGN_CLASSES: [u8; 15] = [9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 30, 40];
+
 /// The size of a request, as a class: the suite resolves it against the device's memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -136,6 +144,16 @@ pub enum Op {
         /// The stream it is for.
         lane: Lane,
     },
+    /// A request of `size` aligned to `2^align` bytes through the plugin's device memory
+    /// resource (`allocate_aligned`), where the manager offers one (a sandboxed plugin's
+    /// resource carries the alignment to `emm_alloc`); elsewhere it does nothing, since the
+    /// EMM contract's `memalloc` takes no alignment. Its pointer is held as `memalloc`'s are.
+    MemallocAligned {
+        /// The request.
+        size: Size,
+        /// The alignment's base-2 logarithm, 8 to [`MAX_ALIGN_LOG`] (clamped).
+        align: u8,
+    },
     /// Drops one pointer, view or IPC handle the suite holds.
     Drop {
         /// Which.
@@ -241,6 +259,12 @@ pub enum Op {
     },
 }
 
+/// An alignment's base-2 logarithm as a request may give it, clamped to 8 (256 B) to
+/// [`MAX_ALIGN_LOG`].
+pub fn align_log(align: u8) -> u8 {
+    align.clamp(8, MAX_ALIGN_LOG)
+}
+
 impl Op {
     /// The operation's pick, for those that act on something live.
     pub fn pick_mut(&mut self) -> Option<&mut Pick> {
@@ -262,6 +286,11 @@ impl fmt::Display for Op {
             Op::Reset => f.write_str("reset()"),
             Op::Memalloc { size } => write!(f, "memalloc({size})"),
             Op::MemallocAsync { size, lane } => write!(f, "memalloc_async({size}, lane {lane})"),
+            Op::MemallocAligned { size, align } => write!(
+                f,
+                "allocate_aligned({size}, align {})",
+                emm_core::units::Bytes(1u64 << align_log(*align))
+            ),
             Op::Drop { pick } => write!(f, "drop(#{pick})"),
             Op::FreeAsync { pick, lane } => write!(f, "memfree_async(#{pick}, lane {lane})"),
             Op::View { pick, start } => write!(f, "view(#{pick}, {start}..)"),

@@ -119,7 +119,14 @@ impl PluginResource {
             },
             Slot::Idle | Slot::Down => None,
         };
-        let running = matches!(inner.slot, Slot::Running(_));
+        let (running, guest_memory_bytes, limit_refusals) = match &inner.slot {
+            Slot::Running(instance) => (
+                true,
+                Some(instance.exports.memory.data_size(&instance.store) as u64),
+                instance.store.data().limit_refusals,
+            ),
+            Slot::Idle | Slot::Down => (false, None, 0),
+        };
         let reg = inner.registry();
         Ok(PluginStats {
             chunks: reg.chunk_count(),
@@ -130,6 +137,8 @@ impl PluginResource {
             breaches,
             restarts,
             guest,
+            guest_memory_bytes,
+            limit_refusals,
         })
     }
 

@@ -62,6 +62,9 @@ pub(crate) struct HostState {
     pub logs: VecDeque<LogLine>,
     /// The last upstream failure other than out of memory, for diagnosis.
     pub upstream_error: Option<MrError>,
+    /// Chunk requests answered out of memory because a limit was reached, without asking
+    /// the upstream (`max_held_bytes`, `max_chunks`).
+    pub limit_refusals: u64,
     /// The most chunks the plugin may hold.
     max_chunks: usize,
     /// The most log lines one call keeps, and the most host time it spends on them.
@@ -83,6 +86,7 @@ struct CallLog {
     time: Duration,
     dropped_noted: bool,
     chunk_cap_noted: bool,
+    held_cap_noted: bool,
     /// `stream_order` calls that reached the driver (or were refused for the limit).
     orders: u32,
     order_failure_noted: bool,
@@ -102,6 +106,7 @@ impl HostState {
             max_held_bytes: limits.get_max_held_bytes(),
             logs: VecDeque::new(),
             upstream_error: None,
+            limit_refusals: 0,
             max_chunks: usize::try_from(limits.get_max_chunks()).unwrap_or(usize::MAX),
             max_log_lines: limits.get_max_log_lines_per_call(),
             max_log_time: limits.get_max_log_time_per_call(),
@@ -137,14 +142,28 @@ impl HostState {
         ) else {
             return Ok(STATUS_INVALID);
         };
-        let over = self
+        let held_bytes = self.registry.held_bytes;
+        if let Some(max) = self
             .max_held_bytes
-            .is_some_and(|max| self.registry.held_bytes.saturating_add(size) > max);
-        if over {
+            .filter(|&max| held_bytes.saturating_add(size) > max)
+        {
+            self.limit_refusals = self.limit_refusals.saturating_add(1);
+            if !self.call.held_cap_noted {
+                self.call.held_cap_noted = true;
+                self.push_log(
+                    HOST_LINE_LEVEL,
+                    format!(
+                        "emm: upstream_alloc({size}) answered out of memory: the plugin holds \
+                         {held_bytes} bytes of chunks, and {max} is the most \
+                         PluginLimits::max_held_bytes allows"
+                    ),
+                );
+            }
             return Ok(STATUS_OUT_OF_MEMORY);
         }
         let held = self.registry.held_chunks();
         if held >= self.max_chunks {
+            self.limit_refusals = self.limit_refusals.saturating_add(1);
             if !self.call.chunk_cap_noted {
                 self.call.chunk_cap_noted = true;
                 self.push_log(

@@ -21,4 +21,12 @@ pub struct PluginStats {
     /// bytes it believes it holds. Its word, not checked; `None` when it has no `emm_stats`
     /// or is not running.
     pub guest: Option<[u64; crate::abi::STATS_WORDS]>,
+    /// Bytes of the running instance's linear memory (`None` when none runs). A guest's memory
+    /// never shrinks, so a count that keeps rising under the same requests is a leak inside
+    /// the guest.
+    pub guest_memory_bytes: Option<u64>,
+    /// Chunk requests of the running instance that the host answered out of memory because a
+    /// limit was reached (`PluginLimits::max_held_bytes` or `max_chunks`), never asking the
+    /// upstream: the plugin's out-of-memory answers that follow one are honest.
+    pub limit_refusals: u64,
 }

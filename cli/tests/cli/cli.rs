@@ -83,7 +83,7 @@ fn help_and_list_name_every_command_check_and_plugin() {
     let h = help();
     assert!(h.contains("check") && h.contains("list"), "{h}");
     let l = list::text();
-    assert!(l.contains("checks (24):"), "{l}");
+    assert!(l.contains("checks (25):"), "{l}");
     assert!(l.contains("ipc_handle_addresses_same_bytes"), "{l}");
     for name in [
         "default", "pool", "pool-vmm", "arena", "binning", "async", "managed",

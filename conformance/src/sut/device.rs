@@ -2,7 +2,8 @@
 //! and drops.
 
 use emm_core::attribution::CallerScope;
-use emm_core::contract::{EmmError, EmmResult, MemoryPointer};
+use emm_core::contract::{EmmError, EmmResult, Finalizer, MemoryPointer};
+use emm_core::mr::{DeviceMemoryResource, MrError};
 use emm_core::units::Bytes;
 use emm_core::StreamId;
 
@@ -10,11 +11,11 @@ use super::{guarded, BufKind, Buffer, Found, Handle, Sut, HARNESS};
 use crate::assertions::{
     check_for_breach, check_memalloc_aligned, check_memalloc_in_device_memory,
     check_memalloc_never_overlaps, check_out_of_memory_is_an_error,
-    check_writes_stay_in_their_allocation, check_zero_size_is_an_error,
+    check_writes_stay_in_their_allocation, check_zero_size_is_an_error, ALIGNMENT,
 };
 use crate::checks::CheckId;
 use crate::model::Region;
-use crate::transition::{Lane, Pick, Size};
+use crate::transition::{align_log, Lane, Pick, Size};
 
 /// Bytes the suite writes and reads at each end of an allocation.
 pub(super) const EDGE: usize = 64;
@@ -36,6 +37,8 @@ pub(super) struct Request {
     pub bytes: usize,
     /// The stream of a stream-ordered request.
     pub stream: Option<StreamId>,
+    /// The alignment asked for (256 for `memalloc`, which takes none).
+    pub align: u64,
     /// The check an overlap breaks (a probe after `initialize` files it there).
     pub overlap: CheckId,
     /// The driver-call mark taken just before the request, where the backend counts calls.
@@ -53,6 +56,7 @@ impl Sut {
             size,
             bytes,
             stream: None,
+            align: ALIGNMENT,
             overlap: CheckId::MemallocNeverOverlaps,
             mark,
         };
@@ -84,12 +88,71 @@ impl Sut {
             size,
             bytes,
             stream: Some(stream),
+            align: ALIGNMENT,
             overlap: CheckId::MemallocNeverOverlaps,
             mark,
         };
         let r = self.allocated(&req, r)?;
         if r.is_some() {
             self.coverage.lanes |= 1 << (usize::from(lane) % crate::transition::LANES);
+        }
+        Ok(())
+    }
+
+    /// `allocate_aligned(size, 2^align)` through a sandboxed plugin's resource, the one path
+    /// of a manager that carries an alignment (`emm_alloc`'s `align`). The pointer is held as
+    /// `memalloc`'s are, its finalizer frees it through the resource. An answer of
+    /// "unsupported alignment" is the ABI's own (`-2`: a policy may decline an alignment it
+    /// cannot honour); memory that comes back must be aligned as asked.
+    pub(super) fn memalloc_aligned(&mut self, size: Size, align: u8) -> Found {
+        let Some(resource) = self.sandbox.clone() else {
+            return Ok(());
+        };
+        self.ensure_initialized()?;
+        let bytes = self.resolve(size);
+        let log = align_log(align);
+        let alignment = 1u64 << log;
+        let Ok(align_arg) = usize::try_from(alignment) else {
+            return Ok(());
+        };
+        let mark = self.mark();
+        let context = self.context;
+        let r =
+            guarded(|| resource.allocate_aligned(bytes, align_arg, StreamId::DEFAULT)).map(|r| {
+                match r {
+                    Ok(ptr) => {
+                        let owner = resource.clone();
+                        let free = Finalizer::new(move || {
+                            // A refused free is recorded by the resource and quarantines the
+                            // plugin; the next operation reports it.
+                            let _ = owner.deallocate(ptr, bytes, StreamId::DEFAULT);
+                        });
+                        Ok(MemoryPointer::new(context, ptr, bytes, Some(free)))
+                    }
+                    Err(e) => Err(EmmError::from(e)),
+                }
+            });
+        let unsupported = matches!(
+            r,
+            Ok(Err(EmmError::Resource(
+                MrError::UnsupportedAlignment { .. }
+            ))) | Ok(Err(EmmError::Unsupported { .. }))
+        );
+        if unsupported {
+            self.coverage.alignments_unsupported |= 1 << log;
+            return Ok(());
+        }
+        let req = Request {
+            what: "allocate_aligned",
+            size,
+            bytes,
+            stream: None,
+            align: alignment,
+            overlap: CheckId::MemallocNeverOverlaps,
+            mark,
+        };
+        if self.allocated(&req, r)?.is_some() {
+            self.coverage.alignments_served |= 1 << log;
         }
         Ok(())
     }
@@ -150,7 +213,7 @@ impl Sut {
             }
         };
         let base = ptr.device_ptr();
-        check_memalloc_aligned(base, req.bytes)
+        check_memalloc_aligned(base, req.bytes, req.align)
             .map_err(|m| self.fail(CheckId::MemallocAligned, m))?;
         check_memalloc_in_device_memory(&*self.driver, &ptr, req.bytes)
             .map_err(|m| self.fail(CheckId::MemallocInDeviceMemory, m))?;
@@ -213,12 +276,19 @@ impl Sut {
     }
 
     /// An out-of-memory answer is honest only when the memory was really not available: the
+    /// host refused the plugin a chunk for a configured limit (`PluginLimits::max_held_bytes`,
+    /// `max_chunks`: the answer never reaches the driver, so the resource counts it), the
     /// plugin's upstream refused it in that call, or the request does not fit in what the
     /// device had free before the manager existed less what is live now (with a granule of
     /// slack per live allocation for rounding, and 1/64 of the device for reservations). A plugin that refuses a request that fits
     /// without asking its upstream could have served it.
     fn check_oom_honest(&mut self, req: &Request, asked: &str, e: &EmmError) -> Found {
         self.coverage.oom_answers += 1;
+        if self.refused_for_a_limit() {
+            self.coverage.oom_checked += 1;
+            self.coverage.oom_at_limit += 1;
+            return Ok(());
+        }
         let Some(calls) = req.mark.and_then(|m| self.machine.upstream_since(m)) else {
             return Ok(());
         };
@@ -245,9 +315,10 @@ impl Sut {
             CheckId::OutOfMemoryIsHonest,
             format!(
                 "{asked} answered out of memory ({e}), but the plugin asked its upstream for \
-                 nothing in that call, and the memory was there: the device had {} free before \
-                 the manager existed and {} is live in {} allocation(s). Answer out of memory \
-                 only after the upstream refused the request, or a configured limit was reached",
+                 nothing in that call, no configured limit refused it a chunk, and the memory \
+                 was there: the device had {} free before the manager existed and {} is live in \
+                 {} allocation(s). Answer out of memory only after the upstream refused the \
+                 request, or a configured limit was reached",
                 Bytes(self.baseline_free),
                 Bytes(live),
                 self.buffers.len()

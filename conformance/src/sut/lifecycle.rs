@@ -13,6 +13,11 @@ use crate::assertions::check_for_breach;
 use crate::checks::CheckId;
 use crate::transition::Size;
 
+/// How far a sandboxed plugin's linear memory may rise after the steady state settles: two wasm
+/// pages. A guest heap that reuses what it frees stays put (the example plugins do); one that
+/// grows by a page every few requests passes this within a few rounds.
+pub const GUEST_SLACK: u64 = 2 * 65_536;
+
 impl Sut {
     /// Initializes the manager before its first allocation, as a context does.
     pub(super) fn ensure_initialized(&mut self) -> Found {
@@ -50,6 +55,7 @@ impl Sut {
             size: Size::Pages(0),
             bytes,
             stream: None,
+            align: crate::assertions::ALIGNMENT,
             overlap: C,
             mark,
         };
@@ -261,6 +267,12 @@ impl Sut {
         let mark = self.mark();
         let r = self.call(|m| m.memalloc(bytes))?;
         let retry = match r {
+            // A configured limit (`PluginLimits::max_held_bytes`) that the request passes on its
+            // own: no free makes room under it, so the answer stays honest.
+            Ok(Err(e)) if e.is_out_of_memory() && self.refused_for_a_limit() => {
+                self.coverage.oom_at_limit += 1;
+                return self.drop_everything();
+            }
             Ok(Err(e)) => {
                 return Err(self.fail(
                     C,
@@ -278,6 +290,7 @@ impl Sut {
             size: Size::Mib(0),
             bytes,
             stream: None,
+            align: crate::assertions::ALIGNMENT,
             overlap: CheckId::MemallocNeverOverlaps,
             mark,
         };
@@ -374,6 +387,10 @@ impl Sut {
     /// never exceed the most it held after a round of the second quarter by more than one
     /// round's requests. Growth that goes on
     /// between resets is a leak in slow motion, whatever a reset later gives back.
+    ///
+    /// A sandboxed plugin's linear memory is held to the same rule, with [`GUEST_SLACK`] for
+    /// slack: a guest's heap settles during the warm-up, and memory it grows after that under
+    /// the same requests is never given back.
     pub(super) fn steady_state(&mut self, rounds: u16) -> Found {
         const C: CheckId = CheckId::HeldBytesStaySteady;
         /// The requests of a round: odd and even, small and a few MiB.
@@ -400,6 +417,7 @@ impl Sut {
         // frees moves by up to about this much from round to round; a leak passes it.
         let slack: u64 = ROUND.iter().map(|&b| b as u64).sum::<u64>() + self.granule();
         let mut ptrs = Vec::with_capacity(ROUND.len());
+        let mut guest_ceiling = 0u64;
         for round in 0..rounds {
             for &bytes in &ROUND {
                 match self.call(|m| m.memalloc(bytes))? {
@@ -430,8 +448,30 @@ impl Sut {
             let freed = guarded(|| ptrs.clear());
             freed.map_err(|p| self.fail(CheckId::FinalizerRunsOnce, format!("freeing: {p}")))?;
             let held = self.held_now(C)?;
+            let guest = self.guest_memory();
+            if guest.is_some() {
+                self.coverage.guest_memory_checked += 1;
+            }
+            let guest = guest.unwrap_or(0);
             if round >= warm && round < settled {
                 ceiling = ceiling.max(held);
+                guest_ceiling = guest_ceiling.max(guest);
+            } else if round >= settled && guest > guest_ceiling.saturating_add(GUEST_SLACK) {
+                return Err(self.fail(
+                    CheckId::GuestMemoryStaysSteady,
+                    format!(
+                        "after round {round} of {rounds} of the same {} requests, all freed, the \
+                         plugin's linear memory is {}, more than the most it was after any of \
+                         rounds {warm} to {} ({}) plus {}: it grows its memory and never \
+                         reuses it, a leak inside the guest that ends at \
+                         PluginLimits::memory_cap",
+                        ROUND.len(),
+                        Bytes(guest),
+                        settled - 1,
+                        Bytes(guest_ceiling),
+                        Bytes(GUEST_SLACK)
+                    ),
+                ));
             } else if round >= settled && held > ceiling.saturating_add(slack) {
                 return Err(self.fail(
                     C,

@@ -144,6 +144,9 @@ pub struct Sut {
     /// is open: a sandboxed plugin does (ABI v1, `emm_defer_enter`); emm's native managers
     /// document what they defer themselves.
     keeps_chunks_in_scope: bool,
+    /// A sandboxed plugin's count of chunk requests the host refused for a limit, as last
+    /// read (after the previous operation).
+    limit_refusals_seen: u64,
 }
 
 /// Runs `f` at the plugin boundary: a panic becomes the message of a failure.
@@ -244,6 +247,7 @@ impl Sut {
             coverage: Coverage::default(),
             defer_mark: None,
             keeps_chunks_in_scope: name.starts_with(SANDBOXED),
+            limit_refusals_seen: 0,
             sandbox,
         })
     }
@@ -293,6 +297,7 @@ impl Sut {
             Op::Reset => self.reset(),
             Op::Memalloc { size } => self.memalloc(size),
             Op::MemallocAsync { size, lane } => self.memalloc_async(size, lane),
+            Op::MemallocAligned { size, align } => self.memalloc_aligned(size, align),
             Op::Drop { pick } => self.drop_handle(pick),
             Op::FreeAsync { pick, lane } => self.free_async(pick, lane),
             Op::View { pick, start } => self.view(pick, start),
@@ -423,6 +428,31 @@ impl Sut {
         self.pageable.clear();
     }
 
+    /// Whether the host refused a sandboxed plugin a chunk for a configured limit
+    /// (`PluginLimits::max_held_bytes`, `max_chunks`) since the previous operation ended.
+    fn refused_for_a_limit(&mut self) -> bool {
+        let Some(now) = self
+            .sandbox
+            .as_ref()
+            .and_then(|r| r.stats().ok())
+            .map(|s| s.limit_refusals)
+        else {
+            return false;
+        };
+        // An instance started after a quarantine counts from 0 again: any change is a refusal.
+        let refused = now != self.limit_refusals_seen;
+        self.limit_refusals_seen = now;
+        refused
+    }
+
+    /// Bytes of a sandboxed plugin's linear memory, while an instance runs.
+    fn guest_memory(&self) -> Option<u64> {
+        self.sandbox
+            .as_ref()
+            .and_then(|r| r.stats().ok())
+            .and_then(|s| s.guest_memory_bytes)
+    }
+
     /// A sandboxed plugin's own statistics (`emm_stats`) against the host's: the bytes of
     /// chunks it holds are the host's count, free bytes are at most those, the largest free
     /// block at most the free bytes. Checked while the first instance runs unbroken (a
@@ -437,6 +467,7 @@ impl Sut {
                 return Err(self.fail(CheckId::StatsAgreeWithTheHost, format!("emm_stats(): {e}")))
             }
         };
+        self.limit_refusals_seen = stats.limit_refusals;
         let Some([free, _blocks, largest, held]) = stats.guest else {
             return Ok(());
         };

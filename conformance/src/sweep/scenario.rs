@@ -406,7 +406,10 @@ impl<'a> Harness<'a> {
                 self.drop_all();
                 Ok(())
             }
-            Op::Concurrent { .. } | Op::ProducerConsumer { .. } | Op::SteadyState { .. } => Ok(()),
+            Op::Concurrent { .. }
+            | Op::ProducerConsumer { .. }
+            | Op::SteadyState { .. }
+            | Op::MemallocAligned { .. } => Ok(()),
         };
         if let Err(e) = r {
             self.failed(what, e);

@@ -38,6 +38,8 @@ fn named_wasm_check(bug: WasmBug) -> CheckId {
         WasmBug::RepeatsAnAnswer => CheckId::MemallocNeverOverlaps,
         WasmBug::KeepsChunksUntilReset => CheckId::HeldBytesStaySteady,
         WasmBug::StatsMissKeptChunks => CheckId::StatsAgreeWithTheHost,
+        WasmBug::IgnoresLargeAlignments => CheckId::MemallocAligned,
+        WasmBug::GrowsMemoryEveryFewCalls => CheckId::GuestMemoryStaysSteady,
     }
 }
 

@@ -89,11 +89,21 @@ impl GateKey {
         };
         #[cfg(unix)]
         {
-            use std::os::unix::fs::PermissionsExt;
-            let mode = std::fs::symlink_metadata(path)
-                .map_err(|e| bad(e.to_string()))?
-                .permissions()
-                .mode();
+            use std::os::unix::fs::{MetadataExt, PermissionsExt};
+            let meta = std::fs::symlink_metadata(path).map_err(|e| bad(e.to_string()))?;
+            // The process's own folder belongs to its effective user (no `unsafe` geteuid).
+            let me = std::fs::metadata("/proc/self")
+                .map(|m| m.uid())
+                .map_err(|e| bad(format!("cannot tell who you are (/proc/self: {e})")))?;
+            if meta.uid() != me {
+                return Err(bad(format!(
+                    "the gate's key file belongs to user {}, not to you (user {me}): whoever \
+                     owns it can read it and forge verdicts; delete it (a new key is made on \
+                     the next `emm check`), and check every plugin again",
+                    meta.uid()
+                )));
+            }
+            let mode = meta.permissions().mode();
             if mode & 0o077 != 0 {
                 return Err(bad(format!(
                     "the gate's key file has mode {:04o}: others may read or change it, and \

@@ -104,10 +104,7 @@ impl VerdictRecord {
     /// over these fields (written or edited without the key, or corrupted).
     pub fn verify(&self, key: &GateKey) -> Result<(), String> {
         if self.format != RECORD_FORMAT {
-            return Err(format!(
-                "record format {} (this emm reads format {RECORD_FORMAT})",
-                self.format
-            ));
+            return Err(old_format(self.format));
         }
         if !key.verifies(&[MAC_CONTEXT, &self.body()], &self.mac) {
             return Err(format!(
@@ -139,8 +136,31 @@ impl VerdictRecord {
     ///
     /// The text is not a record, with serde's reason.
     pub fn from_json(text: &str) -> Result<VerdictRecord, String> {
-        serde_json::from_str(text).map_err(|e| format!("it is not a verdict record: {e}"))
+        serde_json::from_str(text).map_err(|e| {
+            // A record of another format may lack this format's fields: say which it is.
+            #[derive(Deserialize)]
+            struct Format {
+                format: u32,
+            }
+            match serde_json::from_str::<Format>(text) {
+                Ok(f) if f.format != RECORD_FORMAT => old_format(f.format),
+                _ => format!("it is not a verdict record: {e}"),
+            }
+        })
     }
+}
+
+/// Why a record of `format` is refused, and what to do.
+fn old_format(format: u32) -> String {
+    format!(
+        "it is a record of format {format}, written by {} emm; this emm reads format \
+         {RECORD_FORMAT} only: re-run `emm check <plugin>` to record a new verdict",
+        if format < RECORD_FORMAT {
+            "an older"
+        } else {
+            "a newer"
+        }
+    )
 }
 
 /// The time `t` as UTC `YYYY-MM-DDTHH:MM:SSZ`.
@@ -230,8 +250,16 @@ mod tests {
         assert!(edited.verify(&key()).is_err());
         let mut other = r;
         other.format = 1;
-        assert!(other.verify(&key()).unwrap_err().contains("format 1"));
-        assert!(VerdictRecord::from_json("{\"format\": 1}").is_err());
+        let e = other.verify(&key()).unwrap_err();
+        assert!(
+            e.contains("format 1") && e.contains("re-run `emm check"),
+            "{e}"
+        );
+        let e = VerdictRecord::from_json("{\"format\": 1}").unwrap_err();
+        assert!(
+            e.contains("an older emm") && e.contains("re-run `emm check"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -123,25 +123,34 @@ impl VerdictStore {
         guarded(&folder)?;
         let tmp =
             write_exclusive(&folder, &(record.to_json() + "\n")).map_err(|e| io(&folder, e))?;
-        let placed = self.place(&tmp, &path, &key);
+        let placed = self.place(&tmp, &path, &key, record.passed);
         let _ = std::fs::remove_file(&tmp);
         placed.map_err(|e| io(&path, e))
     }
 
-    /// Puts the file `tmp` at `path`, replacing only a trusted passing record; otherwise at
-    /// the first free `…-<n>.json` beside it.
-    fn place(&self, tmp: &Path, path: &Path, key: &GateKey) -> std::io::Result<PathBuf> {
+    /// Puts the file `tmp` at `path`, where a passing record (`passed`) replaces only a
+    /// trusted passing record; otherwise at the first free `…-<n>.json` beside it. A failing
+    /// record never replaces anything: another run may have read `path` as passing and be
+    /// about to rename its own pass over it, which would erase the failure.
+    fn place(
+        &self,
+        tmp: &Path,
+        path: &Path,
+        key: &GateKey,
+        passed: bool,
+    ) -> std::io::Result<PathBuf> {
         match std::fs::hard_link(tmp, path) {
             Ok(()) => return Ok(path.to_path_buf()),
             Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
             Err(e) => return Err(e),
         }
-        let passing = read_record(path)
-            .and_then(|r| {
-                r.verify(key)?;
-                Ok(r)
-            })
-            .is_ok_and(|r| r.passed);
+        let passing = passed
+            && read_record(path)
+                .and_then(|r| {
+                    r.verify(key)?;
+                    Ok(r)
+                })
+                .is_ok_and(|r| r.passed);
         if passing {
             std::fs::rename(tmp, path)?;
             return Ok(path.to_path_buf());

@@ -28,11 +28,15 @@ pub enum WasmBug {
     KeepsChunksUntilReset = 6,
     /// Its statistics leave out the chunks it keeps for the end of a scope.
     StatsMissKeptChunks = 7,
+    /// Honours 256-byte alignment only: a larger one is answered 256 bytes into a chunk.
+    IgnoresLargeAlignments = 8,
+    /// Grows its linear memory by a page every 16 allocations and never uses it.
+    GrowsMemoryEveryFewCalls = 9,
 }
 
 impl WasmBug {
     /// Every bug, the control excluded.
-    pub const ALL: [WasmBug; 7] = [
+    pub const ALL: [WasmBug; 9] = [
         WasmBug::IgnoresDeferScopes,
         WasmBug::DeferScopesAsAFlag,
         WasmBug::OutOfMemoryWithoutAsking,
@@ -40,6 +44,8 @@ impl WasmBug {
         WasmBug::RepeatsAnAnswer,
         WasmBug::KeepsChunksUntilReset,
         WasmBug::StatsMissKeptChunks,
+        WasmBug::IgnoresLargeAlignments,
+        WasmBug::GrowsMemoryEveryFewCalls,
     ];
 
     /// The module with this bug, assembled from its text.
@@ -51,10 +57,14 @@ impl WasmBug {
     /// A sandbox factory for the policy with this bug, under the default limits, whose
     /// statistics the suite reads (as `emm check` loads a `.wasm` file).
     pub fn factory(self) -> Sandboxed {
+        self.factory_with(PluginLimits::default())
+    }
+
+    /// As [`WasmBug::factory`], under `limits`.
+    pub fn factory_with(self, limits: PluginLimits) -> Sandboxed {
         let name = format!("zoo-{self:?}");
-        let module =
-            PluginModule::from_bytes(&name, &self.wasm(), PluginLimits::default(), Vec::new())
-                .unwrap_or_else(|e| panic!("the zoo's WAT does not load: {e}"));
+        let module = PluginModule::from_bytes(&name, &self.wasm(), limits, Vec::new())
+            .unwrap_or_else(|e| panic!("the zoo's WAT does not load: {e}"));
         Sandboxed(PluginFactory::new(Arc::new(module)))
     }
 }

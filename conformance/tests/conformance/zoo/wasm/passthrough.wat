@@ -9,6 +9,10 @@
 ;;   5 every fifth answer repeats the last live one (overlap)
 ;;   6 keeps the chunk of every freed 1 MiB request until a reset (held bytes creep)
 ;;   7 emm_stats leaves out the chunks it keeps for the end of a defer_cleanup scope
+;;   8 honours 256-byte alignment only: a larger alignment gets a chunk asked with 256 and an
+;;     answer 256 bytes into it
+;;   9 grows its linear memory by one page every 16 allocations and never uses it (a leak in
+;;     the guest)
 (module
   (import "emm" "upstream_alloc" (func $upstream_alloc (param i64 i64) (result i32)))
   (import "emm" "upstream_free" (func $upstream_free (param i32) (result i32)))
@@ -55,6 +59,17 @@
                    (i64.gt_u (local.get $size) (i64.const 1048576))))
       (then (return (i64.const -1))))
     (global.set $count (i32.add (global.get $count) (i32.const 1)))
+    (if (i32.and (i32.eq (global.get $bug) (i32.const 9))
+          (i32.eqz (i32.rem_u (global.get $count) (i32.const 16))))
+      (then (drop (memory.grow (i32.const 1)))))
+    (if (i32.and (i32.eq (global.get $bug) (i32.const 8))
+          (i64.gt_u (local.get $align) (i64.const 256)))
+      (then
+        (local.set $h (call $upstream_alloc (i64.add (local.get $size) (i64.const 256)) (i64.const 256)))
+        (if (i32.lt_s (local.get $h) (i32.const 0))
+          (then (return (i64.extend_i32_s (local.get $h)))))
+        (call $took (local.get $h) (i64.add (local.get $size) (i64.const 256)))
+        (return (i64.or (i64.shl (i64.extend_i32_u (local.get $h)) (i64.const 40)) (i64.const 256)))))
     (if (i32.and (i32.eq (global.get $bug) (i32.const 5))
           (i32.and (i64.ge_s (global.get $last) (i64.const 0))
                    (i32.eqz (i32.rem_u (global.get $count) (i32.const 5)))))
