@@ -4,5 +4,6 @@
 mod common;
 mod examples;
 mod gate;
+mod gate_store_safety;
 mod hostile;
 mod stream_order;

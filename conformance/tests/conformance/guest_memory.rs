@@ -2,11 +2,7 @@
 //! reused (a leak inside the guest) fails `guest_memory_stays_steady` at the default depth, on
 //! the default seed and on others; the correct control passes it.
 
-#[expect(
-    unused_imports,
-    reason = "this file uses only the zoo's sandboxed policies"
-)]
-mod zoo;
+use crate::zoo;
 
 use emm_conformance::{check, CheckId, Config, Report};
 use zoo::wasm::WasmBug;

@@ -2,11 +2,7 @@
 //! bytes and ignores larger alignments fails `memalloc_aligned`, and one that declines them as
 //! unsupported (the ABI's `-2`) passes, with the alignments in the coverage report.
 
-#[expect(
-    unused_imports,
-    reason = "this file uses only the zoo's sandboxed policies"
-)]
-mod zoo;
+use crate::zoo;
 
 use emm_conformance::transition::ALIGN_CLASSES;
 use emm_conformance::{check, CheckId, Config};

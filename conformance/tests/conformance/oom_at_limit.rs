@@ -3,11 +3,7 @@
 //! of memory truthfully and passes `out_of_memory_is_honest`; one that answers out of memory
 //! while under its limit, with room on the device, still fails it.
 
-#[expect(
-    unused_imports,
-    reason = "this file uses only the zoo's sandboxed policies"
-)]
-mod zoo;
+use crate::zoo;
 
 use emm_conformance::{check, CheckId, Config};
 use emm_sandbox::PluginLimits;
