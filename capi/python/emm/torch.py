@@ -82,3 +82,31 @@ def empty(*size: int, dtype: Any = torch.float32, device: Any = None) -> Any:
     if t.numel() and t.data_ptr() == 0:
         check()
     return t
+
+
+@contextlib.contextmanager
+def record_snapshot(path: str, max_entries: int = 10_000_000) -> Iterator[None]:
+    """Records every CUDA allocation and free of the block with PyTorch's memory history and
+    writes the snapshot to ``path`` on leaving (gzip-compressed when it ends in ``.gz``), for
+    ``emm replay`` to replay against any of emm's resources::
+
+        with emm.torch.record_snapshot("train.pickle.gz"):
+            train(model, steps=20)
+
+    It works under PyTorch's own allocators (emm need not be in use): the snapshot records what
+    the program asked for, which is what a replay serves again. Stack traces are not kept
+    (``context=None``), so the file stays small. Recording that was on before is turned off on
+    leaving."""
+    import gzip
+    import pickle
+
+    memory = torch.cuda.memory
+    memory._record_memory_history(enabled="all", context=None, max_entries=max_entries)
+    try:
+        yield
+    finally:
+        snapshot = memory._snapshot()
+        memory._record_memory_history(enabled=None)
+        opener = gzip.open if str(path).endswith(".gz") else open
+        with opener(path, "wb") as f:
+            pickle.dump(snapshot, f)

@@ -190,8 +190,18 @@ def install_torch(already_initialized=False):
         state["changed"] = allocator
         state["initialized"] = True
 
+    def _record_memory_history(enabled="all", context="all", max_entries=None):
+        state["recording"] = enabled
+        if enabled:
+            state["trace"] = []
+
+    def _snapshot():
+        return {"segments": [], "device_traces": [list(state.get("trace", []))]}
+
     memory.CUDAPluggableAllocator = CUDAPluggableAllocator
     memory.change_current_allocator = change_current_allocator
+    memory._record_memory_history = _record_memory_history
+    memory._snapshot = _snapshot
     cuda.memory = memory
     cuda.OutOfMemoryError = OutOfMemoryError
     torch.cuda = cuda

@@ -334,6 +334,23 @@ class TorchAllocator(unittest.TestCase):
             mod.check()
         mod.check()  # forgotten after the first report
 
+    def test_record_snapshot_writes_what_emm_replay_reads(self):
+        import gzip
+        import pickle
+        import tempfile
+
+        state = fakes.install_torch()
+        sys.modules.pop("emm.torch", None)
+        mod = importlib.import_module("emm.torch")
+        path = os.path.join(tempfile.mkdtemp(), "run.pickle.gz")
+        with mod.record_snapshot(path):
+            self.assertEqual(state["recording"], "all")
+            state["trace"].append({"action": "alloc", "addr": 4096, "size": 512, "stream": 0})
+        self.assertIsNone(state["recording"])
+        with gzip.open(path, "rb") as f:
+            snapshot = pickle.load(f)
+        self.assertEqual(snapshot["device_traces"][0][0]["action"], "alloc")
+
 
 if __name__ == "__main__":
     unittest.main()
