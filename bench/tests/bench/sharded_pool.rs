@@ -15,7 +15,7 @@ fn held_stays_under_a_quarter_above_peak_live_with_up_to_eight_threads() {
     // on one shared stream.
     let mut ops = Vec::new();
     let mut rng = emm_core::workloads::SplitMix64::new(5);
-    // W3's shape (shared/workloads.md), shorter: 1 000 live blocks of 8 B to 64 KiB, churned.
+    // W3's shape (emm_core::workloads), shorter: 1 000 live blocks of 8 B to 64 KiB, churned.
     for _ in 0..1_000 {
         ops.push(Op::Alloc(rng.range(8, 64 << 10)));
     }
@@ -74,7 +74,7 @@ fn held_stays_under_a_quarter_above_peak_live_with_up_to_eight_threads() {
     }
 }
 
-/// A W1-shaped list (shared/workloads.md's random walk, 1 B to 1 MiB), shorter.
+/// A W1-shaped list (emm_core::workloads' random walk, 1 B to 1 MiB), shorter.
 fn w1_shaped(steps: u64) -> Workload {
     Workload::new(
         "w1-shaped",

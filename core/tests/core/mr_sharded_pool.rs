@@ -206,7 +206,7 @@ fn memory_freed_on_another_stream_is_reused_only_after_an_event() {
     end_clean(&g, [a, b], || {});
 }
 
-/// A W1-shaped list (shared/workloads.md's random walk, 1 B to 1 MiB), shorter.
+/// A W1-shaped list (emm_core::workloads' random walk, 1 B to 1 MiB), shorter.
 fn w1_shaped(steps: u64) -> Workload {
     Workload::new(
         "w1-shaped",
