@@ -153,9 +153,8 @@ impl AsCudarc<u8> for DeviceBuffer {
 /// memory on its own stream next. A failure here cannot be returned; it is reported by cudarc's
 /// context as cudarc reports its own (`CudaContext::check_err`).
 fn release(stream: &CudaStream, own: StreamId) {
-    if let Err(e) = order(as_raw(own), stream.cu_stream()) {
+    if order(as_raw(own), stream.cu_stream()).is_err() {
         // Ordering failed: the safe fallback is to wait for cudarc's work to finish.
-        let _ = e;
         stream.context().record_err(stream.synchronize());
     }
 }
