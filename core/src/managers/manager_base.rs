@@ -13,7 +13,7 @@ use crate::contract::{
     Finalizer, HostMemory, IpcHandle, ManagedMemory, MappedMemory, MemoryPointer, PendingDeallocs,
     PendingDeallocsConfig, PinOwner, PinnedMemory, SourceInfo,
 };
-use crate::driver::{ContextId, DevicePtr, Driver, HostAllocFlags, HostPtr};
+use crate::driver::{ContextId, Driver, HostAllocFlags, HostPtr};
 use crate::error::{DriverError, DriverResult};
 
 /// The part of a manager that does not depend on where its device memory comes from (Numba's
@@ -142,24 +142,9 @@ impl<D: Driver + ?Sized> ManagerBase<D> {
             ptr: host,
             bytes: size as u64,
         });
-        if !mapped {
-            return Ok(HostMemory::Pinned(PinnedMemory::new(
-                self.context,
-                host,
-                size,
-                None,
-                finalizer,
-            )));
-        }
-        let device = self.device_pointer(host, || self.driver.host_free(host))?;
-        Ok(HostMemory::Mapped(MappedMemory::new(
-            self.context,
-            host,
-            device,
-            size,
-            None,
-            finalizer,
-        )))
+        self.host_memory(host, size, None, mapped, finalizer, || {
+            self.driver.host_free(host)
+        })
     }
 
     pub(crate) fn mempin(
@@ -179,37 +164,46 @@ impl<D: Driver + ?Sized> ManagerBase<D> {
             ptr,
             len: size as u64,
         });
+        self.host_memory(ptr, size, owner, mapped, finalizer, || {
+            self.driver.host_unregister(ptr)
+        })
+    }
+
+    /// The device address of mapped host memory; on failure undoes the allocation or pin.
+    /// Pinned host memory at `host` as the contract hands it out: pinned only, or `mapped` to a
+    /// device pointer too. Where the driver gives no device pointer, `undo` gives back the pinned
+    /// memory and the driver's error is returned.
+    fn host_memory(
+        &self,
+        host: HostPtr,
+        size: usize,
+        owner: Option<PinOwner>,
+        mapped: bool,
+        finalizer: Option<Finalizer>,
+        undo: impl FnOnce() -> DriverResult<()>,
+    ) -> EmmResult<HostMemory> {
         if !mapped {
             return Ok(HostMemory::Pinned(PinnedMemory::new(
                 self.context,
-                ptr,
+                host,
                 size,
                 owner,
                 finalizer,
             )));
         }
-        let device = self.device_pointer(ptr, || self.driver.host_unregister(ptr))?;
+        let device = self.driver.host_device_pointer(host).map_err(|e| {
+            // The undo's own failure would hide the cause; the cause is what the caller needs.
+            let _ = undo();
+            EmmError::Driver(e)
+        })?;
         Ok(HostMemory::Mapped(MappedMemory::new(
             self.context,
-            ptr,
+            host,
             device,
             size,
             owner,
             finalizer,
         )))
-    }
-
-    /// The device address of mapped host memory; on failure undoes the allocation or pin.
-    fn device_pointer(
-        &self,
-        host: HostPtr,
-        undo: impl FnOnce() -> DriverResult<()>,
-    ) -> EmmResult<DevicePtr> {
-        self.driver.host_device_pointer(host).map_err(|e| {
-            // The undo's own failure would hide the cause; the cause is what the caller needs.
-            let _ = undo();
-            EmmError::Driver(e)
-        })
     }
 
     pub(crate) fn memallocmanaged(
