@@ -50,17 +50,22 @@ pub(crate) fn package_crates() -> Result<(), Failure> {
 }
 
 /// The emm-cuda feature sets `xtask/downstream` is checked with: a CUDA 12 version with each
-/// linking mode that checks without a CUDA toolkit (`static-linking` wants the toolkit's
-/// static libraries even to check). The workspace's own build covers the defaults (CUDA 13.0,
-/// dynamic loading).
-const DOWNSTREAM_FEATURES: [&str; 2] = [
+/// linking mode. The workspace's own build covers the defaults (CUDA 13.0, dynamic loading).
+const DOWNSTREAM_FEATURES: [&str; 3] = [
     "emm-cuda/cuda-12040,emm-cuda/dynamic-linking",
     "emm-cuda/cuda-12040,emm-cuda/dynamic-loading",
+    "emm-cuda/cuda-12040,emm-cuda/static-linking",
 ];
 
 /// `cargo check` of `xtask/downstream` with each of [`DOWNSTREAM_FEATURES`], in its own target
 /// directory (`target/downstream`), with the workspace's lock file so it resolves to the same
-/// versions.
+/// versions; then [`forwarded_features`].
+///
+/// `static-linking` makes rustc bundle `libstdc++.a` and the toolkit's `libcudart_static.a`
+/// into cudarc's rlib even to check it. Without a CUDA toolkit, the check points cudarc at a
+/// stand-in toolkit (`target/downstream/cuda`): the compiler's own `libstdc++.a` and an empty
+/// `libcudart_static.a`. That proves emm-cuda compiles in that mode; linking a binary still
+/// needs the real toolkit. With `CUDA_HOME` or `CUDA_PATH` set, the real one is used.
 pub(crate) fn downstream_cudarc() -> Result<(), Failure> {
     let start = Instant::now();
     let root = workspace_root();
@@ -73,17 +78,122 @@ pub(crate) fn downstream_cudarc() -> Result<(), Failure> {
     let manifest = crate_dir.join("Cargo.toml");
     let target_dir = Path::new("target").join("downstream");
     for features in DOWNSTREAM_FEATURES {
+        let step = format!("downstream cudarc ({features})");
         let mut cmd = cargo(["check", "--quiet", "--features", features]);
         cmd.arg("--manifest-path")
             .arg(&manifest)
             .arg("--target-dir")
             .arg(&target_dir);
-        run(&format!("downstream cudarc ({features})"), cmd)?;
+        if features.ends_with("static-linking")
+            && std::env::var_os("CUDA_HOME").is_none()
+            && std::env::var_os("CUDA_PATH").is_none()
+        {
+            let toolkit =
+                stand_in_toolkit(&root.join(&target_dir).join("cuda")).map_err(|reason| {
+                    Failure {
+                        step: step.clone(),
+                        reason,
+                    }
+                })?;
+            cmd.env("CUDA_HOME", toolkit);
+        }
+        run(&step, cmd)?;
     }
+    forwarded_features()?;
     eprintln!(
         "==> downstream cudarc: {:.1} s",
         start.elapsed().as_secs_f64()
     );
+    Ok(())
+}
+
+/// Makes `dir/lib64` hold what cudarc's `static-linking` bundles when checked: the C++
+/// compiler's `libstdc++.a` (asked of `c++ -print-file-name`) and an empty `libcudart_static.a`.
+fn stand_in_toolkit(dir: &Path) -> Result<std::path::PathBuf, String> {
+    let lib = dir.join("lib64");
+    std::fs::create_dir_all(&lib).map_err(|e| format!("cannot create {}: {e}", lib.display()))?;
+    let out = std::process::Command::new("c++")
+        .arg("-print-file-name=libstdc++.a")
+        .output()
+        .map_err(|e| format!("cannot run `c++` to find libstdc++.a: {e}; install g++"))?;
+    let stdcpp = std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    if !stdcpp.is_absolute() || !stdcpp.is_file() {
+        return Err(format!(
+            "`c++ -print-file-name=libstdc++.a` found no static libstdc++ ({}); install libstdc++-dev",
+            stdcpp.display()
+        ));
+    }
+    let copy = lib.join("libstdc++.a");
+    std::fs::copy(&stdcpp, &copy).map_err(|e| {
+        format!(
+            "cannot copy {} to {}: {e}",
+            stdcpp.display(),
+            copy.display()
+        )
+    })?;
+    // An ar archive with no members: its 8-byte signature.
+    let cudart = lib.join("libcudart_static.a");
+    std::fs::write(&cudart, b"!<arch>\n")
+        .map_err(|e| format!("cannot write {}: {e}", cudart.display()))?;
+    Ok(dir.to_path_buf())
+}
+
+/// The CUDA version and linking mode a build of emm's artifacts (`emm-cli`, `emm-capi`) is
+/// asked for are exactly what reaches cudarc: nothing in between turns emm-cuda's defaults
+/// back on (cudarc refuses two versions or two linking modes). Read from `cargo tree`, which
+/// resolves features without building.
+fn forwarded_features() -> Result<(), Failure> {
+    for package in ["emm-cli", "emm-capi"] {
+        for (asked, unwanted) in [
+            (
+                ["cuda-12040", "dynamic-linking"],
+                ["cuda-13000", "dynamic-loading"],
+            ),
+            (
+                ["cuda-12040", "static-linking"],
+                ["cuda-13000", "dynamic-loading"],
+            ),
+            (
+                ["cuda-13000", "dynamic-loading"],
+                ["cuda-12040", "dynamic-linking"],
+            ),
+        ] {
+            let step = format!("forwarded features ({package}: {})", asked.join(", "));
+            let mut cmd = cargo(["tree", "--quiet", "-p", package, "--no-default-features"]);
+            let mut features = asked.join(",");
+            if package == "emm-capi" {
+                features.push_str(",wasm");
+            }
+            cmd.args(["--features", &features])
+                .args(["-e", "features", "-i", "cudarc", "--prefix", "none"])
+                .current_dir(workspace_root());
+            let out = cmd.output().map_err(|e| Failure {
+                step: step.clone(),
+                reason: format!("cannot run cargo tree: {e}"),
+            })?;
+            let text = String::from_utf8_lossy(&out.stdout);
+            let has = |f: &str| text.contains(&format!("cudarc feature \"{f}\""));
+            if !out.status.success() || !asked.iter().all(|f| has(f)) {
+                return Err(Failure {
+                    step,
+                    reason: format!(
+                        "cudarc did not get {asked:?}: {}{}",
+                        text.trim(),
+                        String::from_utf8_lossy(&out.stderr).trim()
+                    ),
+                });
+            }
+            if let Some(f) = unwanted.iter().find(|f| has(f)) {
+                return Err(Failure {
+                    step,
+                    reason: format!(
+                        "cudarc also got `{f}`: a dependency of {package} turns emm-cuda's defaults on"
+                    ),
+                });
+            }
+        }
+    }
+    eprintln!("==> forwarded features: emm-cli and emm-capi pass cudarc's choices through");
     Ok(())
 }
 
