@@ -2,14 +2,14 @@
 //! completions and man pages).
 //!
 //! - `test`: install what the build needs, build the wasm plugins, then fmt check, the docs
-//!   check, clippy, the
-//!   workspace tests, the installed Python package's tests, `cargo package`, a downstream
-//!   cudarc user's build (see [`packaging`]) and the loom model checks (CI runs this through
-//!   `.ci/run`).
+//!   check, clippy, the workspace tests, the installed Python package's tests, `cargo package`,
+//!   a downstream cudarc user's build (see [`packaging`]), the demo from the tests' dev build
+//!   and the loom model checks (CI runs this through `.ci/run`).
 //! - `install-checks`: the [`packaging`] steps of `test` alone.
 //! - `wasm`: build the guest plugins of `plugins/` for wasm32-unknown-unknown in release and copy
 //!   the `.wasm` files to `target/wasm/`, where the sandbox's tests and benchmarks find them.
-//! - `demo [args...]`: the simulated GPU's scripted demo (`emm-sim`'s `demo` example).
+//! - `demo [args...]`: the simulated GPU's scripted demo (`emm-sim`'s `demo` example), then
+//!   `emm check` of every built-in manager and example plugin, from release builds.
 //! - `bench`: the benchmarks.
 //! - `docs [--write]`: the book's generated tables, its links and the README's, and the book's
 //!   build (see [`docs`]).
@@ -46,7 +46,8 @@ commands:
                    plugins, then cargo fmt --check, cargo clippy -D warnings, the
                    workspace tests, the Python package installed from ./capi into a fresh
                    venv and its tests, cargo package of every crate, a downstream cudarc
-                   crate's check, and the loom model checks (cargo xtask loom)
+                   crate's check, the demo (from the dev build), and the loom model
+                   checks (cargo xtask loom)
                    (the same command CI runs via .ci/run)
   install-checks   the part of `test` that checks emm installs as its users install it: the
                    Python package from ./capi in a fresh venv and its tests, cargo package
@@ -209,6 +210,7 @@ fn test() -> Result<(), Failure> {
         run("test", cargo(["test", "--workspace"]))?;
     }
     packaging::install_checks()?;
+    demo_from_tests()?;
     // At most 4 preemptions (both races loom found showed at 2): with the shards' growth
     // locking every shard, 5 took 5 minutes here; `cargo xtask loom` goes deeper.
     reliability::loom(&["--preemptions".into(), "4".into()])?;
@@ -301,60 +303,86 @@ fn has_nextest() -> bool {
 
 /// `cargo xtask demo [args...]`: emm's main job on a machine with no GPU: the simulated GPU's
 /// scripted demo, then the conformance suite against every built-in manager and the example
-/// wasm plugins.
+/// wasm plugins, from release builds.
 fn demo(args: &[OsString]) -> Result<(), Failure> {
     // A fresh machine has no wasm32 targets yet: the example plugins need them.
     setup()?;
-    let mut cmd = cargo([
-        "run",
-        "--release",
-        "--quiet",
-        "-p",
-        "emm-sim",
-        "--example",
-        "demo",
-        "--",
-    ]);
-    cmd.args(args);
-    run("demo", cmd)?;
     wasm()?;
     run(
-        "demo: emm",
+        "demo: build",
         cargo([
             "build",
             "--release",
             "--quiet",
+            "-p",
+            "emm-sim",
+            "--example",
+            "demo",
             "-p",
             "emm-cli",
             "--bin",
             "emm",
         ]),
     )?;
+    show_demo("release", args)
+}
+
+/// The demo as `cargo xtask test` runs it: from the dev build the tests made (the workspace's
+/// examples and binaries, so nothing builds again), the same steps as [`demo`].
+fn demo_from_tests() -> Result<(), Failure> {
+    run(
+        "demo: build",
+        cargo(["build", "--workspace", "--examples", "--bins", "--quiet"]),
+    )?;
+    show_demo("debug", &[])
+}
+
+/// Runs `target/<profile>/examples/demo` with `args`, then `emm check` of every built-in
+/// manager and example plugin (all at once: they are independent processes), printing each
+/// verdict line; fails naming every plugin whose check failed.
+fn show_demo(profile: &str, args: &[OsString]) -> Result<(), Failure> {
     let root = workspace_root();
-    let emm = root.join("target/release/emm");
+    let dir = root.join("target").join(profile);
+    let mut sim = Command::new(dir.join("examples").join("demo"));
+    sim.args(args);
+    run("demo", sim)?;
+    let emm = dir.join("emm");
     println!("\n5. The conformance suite (emm check) on the simulated GPU, seed 1:");
     let builtins = [
         "default", "pool", "pool-vmm", "arena", "binning", "async", "managed",
     ];
     let wasm_plugins = PLUGINS.iter().map(|(_, f)| format!("target/wasm/{f}"));
-    let mut failed = Vec::new();
-    for plugin in builtins.iter().map(|s| s.to_string()).chain(wasm_plugins) {
-        let out = Command::new(&emm)
+    let plugins: Vec<String> = builtins
+        .iter()
+        .map(|s| s.to_string())
+        .chain(wasm_plugins)
+        .collect();
+    let start = |plugin: &String| {
+        Command::new(&emm)
             .args([
                 "check",
-                &plugin,
+                plugin,
                 "--seed",
                 "1",
                 "--no-regressions",
                 "--no-color",
             ])
             .current_dir(&root)
+            .stdout(Stdio::piped())
             .stderr(Stdio::null())
-            .output()
+            .spawn()
             .map_err(|e| Failure {
                 step: "demo: emm check".to_owned(),
                 reason: format!("{} could not start: {e}", emm.display()),
-            })?;
+            })
+    };
+    let children = plugins.iter().map(start).collect::<Result<Vec<_>, _>>()?;
+    let mut failed = Vec::new();
+    for (plugin, child) in plugins.iter().zip(children) {
+        let out = child.wait_with_output().map_err(|e| Failure {
+            step: "demo: emm check".to_owned(),
+            reason: format!("`emm check {plugin}` could not be waited for: {e}"),
+        })?;
         let text = String::from_utf8_lossy(&out.stdout);
         let last = text
             .lines()
@@ -363,11 +391,11 @@ fn demo(args: &[OsString]) -> Result<(), Failure> {
             .unwrap_or("no output");
         println!("   {plugin:<28} {last}");
         if !out.status.success() {
-            failed.push(plugin);
+            failed.push(plugin.as_str());
         }
     }
     println!(
-        "\n   `target/release/emm check <plugin>` shows every check with the rule it enforces."
+        "\n   `target/{profile}/emm check <plugin>` shows every check with the rule it enforces."
     );
     if failed.is_empty() {
         Ok(())
