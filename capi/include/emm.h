@@ -20,6 +20,8 @@ typedef struct CUstream_st *cudaStream_t;
  */
 #define EMM_ABI_VERSION 1
 
+
+
 /*
  The size of a CUDA IPC memory handle (`CU_IPC_HANDLE_SIZE`).
  */
@@ -95,6 +97,32 @@ typedef enum EmmStatus {
    */
   EMM_STATUS_IO = 9,
 } EmmStatus;
+
+/*
+ The `param` of CuPy's `CFunctionAllocator` for [`emm_cupy_malloc`] and [`emm_cupy_free`].
+ The Python side keeps it, and the exception types it names, alive as the allocator's owner.
+ */
+typedef struct EmmCupyHooks {
+  /*
+   The calling thread's current CuPy stream (`cupy.cuda.stream.get_current_stream_ptr`
+   from the module's `__pyx_capi__`); -1 with a Python exception set when it fails. NULL:
+   the legacy default stream.
+   */
+  ptrdiff_t (*current_stream)(void);
+  /*
+   `PyErr_SetString`: raises `type(message)` in the caller. NULL: no exception is raised
+   and a failed allocation returns NULL, with the cause in `emm_last_error_message`.
+   */
+  void (*raise)(void*, const char*);
+  /*
+   The exception type (a `PyObject *`) raised when memory ran out.
+   */
+  void *out_of_memory;
+  /*
+   The exception type raised for every other failure.
+   */
+  void *error;
+} EmmCupyHooks;
 
 #ifdef __cplusplus
 extern "C" {
@@ -211,6 +239,36 @@ enum EmmStatus emm_reinitialize(const char *options_json);
  1. `count` is NULL or valid for writing one `int`.
  */
 enum EmmStatus emm_device_count(int *count);
+
+/*
+ Allocates `size` bytes on `device`, ordered on the calling thread's current CuPy stream (as
+ CuPy's own pool: usable at once there, elsewhere after an ordering with it).
+
+ On failure raises `hooks->out_of_memory` (memory ran out) or `hooks->error` with emm's
+ message and returns [`EMM_CUPY_RAISED`]; without `hooks->raise` returns NULL and leaves the
+ cause in `emm_last_error_code` / `emm_last_error_message`.
+
+ # Safety
+
+ 1. `hooks` is NULL (the legacy default stream; NULL on failure) or points to an [`EmmCupyHooks`] that stays valid for the call, whose
+    functions have the signatures named there.
+ 2. With `hooks->raise` set, the caller holds the GIL and both exception types are live
+    `PyObject *`s.
+ */
+void *emm_cupy_malloc(const struct EmmCupyHooks *hooks,
+                      size_t size,
+                      int device);
+
+/*
+ Frees `ptr` from [`emm_cupy_malloc`], on the stream it was allocated on (CuPy drops memory
+ wherever its last reference goes, and names no stream). NULL and [`EMM_CUPY_RAISED`] are
+ ignored. The pointer decides the device; `device` is a hint. CuPy gives this function no way
+ to report an error: a failure (an unknown pointer) is recorded as the thread's last error
+ and written to stderr.
+
+ `hooks` is not read: CuPy passes the allocator's `param` back.
+ */
+void emm_cupy_free(const struct EmmCupyHooks *hooks, void *ptr, int device);
 
 /*
  Allocates `size` bytes of device memory on `device` and writes the address to `*ptr`.

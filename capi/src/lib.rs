@@ -31,6 +31,7 @@
 
 mod api_buffer;
 mod api_config;
+mod api_cupy;
 mod api_device;
 mod api_error;
 mod api_host;
@@ -50,6 +51,7 @@ mod status;
 
 pub use api_buffer::*;
 pub use api_config::*;
+pub use api_cupy::*;
 pub use api_device::*;
 pub use api_error::*;
 pub use api_host::*;

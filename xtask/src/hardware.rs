@@ -152,6 +152,10 @@ const PYTHON_SCRIPTS: &[(&str, &str)] = &[
         include_str!("../hardware/python/cupy_workload.py"),
     ),
     (
+        "cupy_alloc.py",
+        include_str!("../hardware/python/cupy_alloc.py"),
+    ),
+    (
         "torch_workload.py",
         include_str!("../hardware/python/torch_workload.py"),
     ),

@@ -113,6 +113,8 @@ _PROTOTYPES = {
     "emm_defer_cleanup_end": (_c_int, [ctypes.c_uint64]),
     "emm_torch_alloc": (_vp, [ctypes.c_ssize_t, _c_int, _vp]),
     "emm_torch_free": (None, [_vp, ctypes.c_ssize_t, _c_int, _vp]),
+    "emm_cupy_malloc": (_vp, [_vp, _size, _c_int]),
+    "emm_cupy_free": (None, [_vp, _vp, _c_int]),
     "emm_device_buffer_new": (_c_int, [_vp, _size, _c_int, _vp, ctypes.POINTER(ctypes.c_uint64)]),
     "emm_device_buffer_info": (_c_int, [ctypes.c_uint64, ctypes.POINTER(_size), ctypes.POINTER(_vp)]),
     "emm_device_buffer_copy_to_host": (_c_int, [ctypes.c_uint64, _size, _vp, _size, _vp]),

@@ -133,7 +133,55 @@ def install_numba():
     return Context
 
 
-def install_cupy(stream_ptr=0):
+def _c_glue(memory, stream_ptr, glue):
+    """CuPy's C-level allocator as its Cython glue calls it: ``CFunctionAllocator`` calls
+    ``malloc(param, size, device)`` with the GIL held and, when ``glue`` is "propagating", lets
+    an exception raised there reach the caller; a "lossy" glue returns anyway, which CPython
+    turns into a SystemError. ``cupy.cuda.stream.__pyx_capi__`` exports the current stream."""
+    calls = {"current_stream": 0}
+
+    def current():
+        calls["current_stream"] += 1
+        return stream_ptr
+
+    current_fn = ctypes.CFUNCTYPE(ctypes.c_ssize_t)(current)
+    name = b"intptr_t (void)"
+    new_capsule = ctypes.pythonapi.PyCapsule_New
+    new_capsule.restype = ctypes.py_object
+    new_capsule.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+    capsule = new_capsule(ctypes.cast(current_fn, ctypes.c_void_p), name, None)
+    stream = types.ModuleType("cupy.cuda.stream")
+    stream.__pyx_capi__ = {"get_current_stream_ptr": capsule}
+    stream._keep = (current_fn, name)
+
+    class CMemory:
+        def __init__(self, ptr, size, free, param):
+            self.ptr, self.size, self._free, self._param = ptr, size, free, param
+
+        def __del__(self):
+            if self.ptr:
+                self._free(self._param, self.ptr, 0)
+
+    class CFunctionAllocator:
+        def __init__(self, param, malloc_func, free_func, owner):
+            self._param, self._owner = param, owner
+            self._malloc = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)(malloc_func)
+            self._free = ctypes.PYFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int)(free_func)
+
+        def malloc(self, size):
+            try:
+                ptr = self._malloc(self._param, size, 0)
+            except Exception as e:
+                if glue == "lossy":
+                    raise SystemError("<method 'malloc'> returned a result with an exception set") from e
+                raise
+            return memory.MemoryPointer(CMemory(ptr or 0, size, self._free, self._param), 0)
+
+    memory.CFunctionAllocator = CFunctionAllocator
+    return stream, calls
+
+
+def install_cupy(stream_ptr=0, glue=None):
     cupy = types.ModuleType("cupy")
     cuda = types.ModuleType("cupy.cuda")
     memory = types.ModuleType("cupy.cuda.memory")
@@ -165,7 +213,14 @@ def install_cupy(stream_ptr=0):
     cuda.set_allocator = lambda a: state.__setitem__("allocator", a)
     cupy.cuda = cuda
     cupy.get_default_memory_pool = lambda: types.SimpleNamespace(malloc="cupy-pool")
+    memory.MemoryPointer = MemoryPointer
     sys.modules.update({"cupy": cupy, "cupy.cuda": cuda, "cupy.cuda.memory": memory, "cupy.cuda.runtime": runtime})
+    sys.modules.pop("cupy.cuda.stream", None)
+    if glue is not None:
+        stream, calls = _c_glue(memory, stream_ptr, glue)
+        cuda.stream = stream
+        sys.modules["cupy.cuda.stream"] = stream
+        state["calls"] = calls
     return state
 
 

@@ -285,6 +285,81 @@ class CupyAllocator(unittest.TestCase):
         self.assertEqual(state["allocator"], "cupy-pool")
 
 
+class CupyCAllocator(unittest.TestCase):
+    """The C-level allocator (``emm_cupy_malloc`` / ``emm_cupy_free``) through a stand-in of
+    CuPy's ``CFunctionAllocator`` glue."""
+
+    def use(self, glue, stream_ptr=0):
+        state = fakes.install_cupy(stream_ptr=stream_ptr, glue=glue)
+        sys.modules.pop("emm.cupy", None)
+        mod = importlib.import_module("emm.cupy")
+        emm.configure("pool")
+        mod.use_emm()
+        return state, mod
+
+    def test_allocates_on_the_current_stream_and_frees_with_cupy(self):
+        lib = emm._lib.lib()
+        stream = ctypes.c_void_p()
+        self.assertEqual(lib.emm_stream_create(0, ctypes.byref(stream)), 0)
+        state, mod = self.use("propagating", stream_ptr=stream.value)
+        self.assertIsNot(state["allocator"], mod.allocator)
+        self.assertEqual(state["allocator"].__name__, "malloc")
+        before = live(0)
+        calls = state["calls"]["current_stream"]
+        p = state["allocator"](1 << 20)
+        self.assertNotEqual(p.ptr, 0)
+        self.assertEqual(state["calls"]["current_stream"], calls + 1)
+        self.assertEqual(live(0), before + (1 << 20))
+        del p
+        gc.collect()
+        self.assertEqual(live(0), before)
+
+    def test_out_of_memory_raises_cupys_error_and_loses_nothing(self):
+        state, mod = self.use("propagating")
+        before = live(0)
+        cupy_oom = sys.modules["cupy.cuda.memory"].OutOfMemoryError
+        with self.assertRaises(cupy_oom) as caught:
+            state["allocator"](2 * GIB)
+        self.assertIsInstance(caught.exception, mod.OutOfMemoryError)
+        self.assertIn("out of memory: requested 2.0 GiB", str(caught.exception))
+        gc.collect()
+        self.assertEqual(live(0), before)
+        p = state["allocator"](4096)
+        self.assertEqual(live(0), before + 4096)
+        del p
+        gc.collect()
+
+    def test_a_glue_that_loses_the_exception_gets_the_python_allocator(self):
+        state, mod = self.use("lossy")
+        self.assertIs(state["allocator"], mod.allocator)
+
+    def test_c_level_can_be_declined(self):
+        state = fakes.install_cupy(glue="propagating")
+        sys.modules.pop("emm.cupy", None)
+        mod = importlib.import_module("emm.cupy")
+        mod.use_emm(c_level=False)
+        self.assertIs(state["allocator"], mod.allocator)
+
+    def test_without_hooks_a_failure_is_null_and_the_last_error(self):
+        emm.configure("pool")
+        lib = ctypes.PyDLL(emm._lib.library_path())
+        lib.emm_cupy_malloc.restype = ctypes.c_void_p
+        lib.emm_cupy_malloc.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        lib.emm_cupy_free.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+        self.assertIsNone(lib.emm_cupy_malloc(None, 2 * GIB, 0))
+        self.assertEqual(emm._lib.last_error()[0], emm._lib.OUT_OF_MEMORY)
+        before = live(0)
+        p = lib.emm_cupy_malloc(None, 4096, 0)
+        self.assertEqual(live(0), before + 4096)
+        lib.emm_cupy_free(None, p, 0)
+        self.assertEqual(live(0), before)
+        # What malloc returns after raising, and a second free, free nothing and raise nothing.
+        lib.emm_cupy_free(None, ctypes.c_void_p(2**64 - 1), 0)
+        lib.emm_cupy_free(None, p, 0)
+        self.assertEqual(emm._lib.last_error()[0], emm._lib.UNKNOWN_POINTER)
+        self.assertEqual(live(0), before)
+
+
 class AllocatorAliases(unittest.TestCase):
     def test_rmm_style_names_are_the_same_modules(self):
         fakes.install_numba()

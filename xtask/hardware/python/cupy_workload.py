@@ -6,8 +6,11 @@ The workload allocates as real CuPy code does: for each of STEPS steps, arrays o
 a checksum of every step's result is kept. Run without --mode it runs both modes in fresh
 processes and writes OUT/cupy.json.
 
-usage: python3 cupy_workload.py OUT_DIR            (both modes, compare)
-       python3 cupy_workload.py --mode emm|cupy --json FILE
+Modes: cupy (CuPy's own pool), emm (emm.cupy's C-level allocator), emm-python (its Python
+allocator).
+
+usage: python3 cupy_workload.py OUT_DIR            (every mode, compare)
+       python3 cupy_workload.py --mode emm|emm-python|cupy --json FILE
 """
 
 import argparse
@@ -52,18 +55,20 @@ def one(mode, path):
     import common
     import cupy as cp
 
-    if mode == "emm":
+    if mode in ("emm", "emm-python"):
         import emm
         import emm.cupy
 
-        emm.cupy.use_emm()
+        emm.cupy.use_emm(c_level=mode == "emm")
+        if mode == "emm" and cp.cuda.get_allocator().__self__.__class__.__name__ != "CFunctionAllocator":
+            raise SystemExit("emm.cupy did not install its C-level allocator with this CuPy")
     workload()  # warm-up: kernels compiled, pools filled
     cp.cuda.Device().synchronize()
     t0 = time.perf_counter()
     digest, values = workload()
     seconds = time.perf_counter() - t0
     result = {"mode": mode, "steps": STEPS, "seconds": seconds, "digest": digest, "values": values, "mem_used_after": common.mem_used_bytes()}
-    if mode == "emm":
+    if mode != "cupy":
         import emm
 
         result["emm_stats"] = emm.stats()
@@ -81,14 +86,16 @@ def main():
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import common
 
-    r = common.run_modes(os.path.abspath(__file__), ["cupy", "emm"], a.out)
-    e, c = r.get("emm", {}), r.get("cupy", {})
+    r = common.run_modes(os.path.abspath(__file__), ["cupy", "emm", "emm-python"], a.out)
+    e, c, p = r.get("emm", {}), r.get("cupy", {}), r.get("emm-python", {})
     summary = {"workload": "cupy", "results": r}
     if "digest" in e and "digest" in c:
         summary["bitwise_equal"] = e["digest"] == c["digest"]
         summary["max_relative_difference"] = common.max_rel_diff(e["values"], c["values"])
         summary["same_results"] = summary["bitwise_equal"] or summary["max_relative_difference"] <= 1e-6
         summary["time_ratio_emm_over_cupy"] = e["seconds"] / c["seconds"]
+        if "seconds" in p:
+            summary["time_ratio_emm_python_over_cupy"] = p["seconds"] / c["seconds"]
     common.write_json(os.path.join(a.out, "cupy.json"), summary)
     print({k: v for k, v in summary.items() if k != "results"})
     return 0 if summary.get("same_results") else 1

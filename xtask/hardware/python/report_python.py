@@ -39,7 +39,15 @@ def main(out):
     if c:
         lines.append(
             f"| CuPy workload, emm vs CuPy's pool | {'PASS' if c.get('same_results') else 'FAIL'} | same results: "
-            f"{c.get('same_results')} (bitwise {c.get('bitwise_equal')}), time emm/CuPy {fmt(c.get('time_ratio_emm_over_cupy'))} |"
+            f"{c.get('same_results')} (bitwise {c.get('bitwise_equal')}), time emm/CuPy {fmt(c.get('time_ratio_emm_over_cupy'))} "
+            f"(emm's Python allocator {fmt(c.get('time_ratio_emm_python_over_cupy'))}) |"
+        )
+    a = load(os.path.join(out, "cupy-alloc.json"))
+    if a:
+        m = a.get("median_ns_per_pair", {})
+        lines.append(
+            f"| CuPy allocation cost (cp.empty + release) | measured | median ns per pair: CuPy's pool {fmt(m.get('cupy'), '.0f')}, "
+            f"emm C-level {fmt(m.get('emm'), '.0f')}, emm Python {fmt(m.get('emm-python'), '.0f')}; emm/CuPy {fmt(a.get('emm_over_cupy'))} |"
         )
     t = load(os.path.join(out, "torch.json"))
     if t:

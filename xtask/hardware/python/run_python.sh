@@ -50,6 +50,11 @@ for w in cupy torch shared; do
   echo "==> $w workload"
   timeout 300 python3 "$script" "$OUT" > "$OUT/$w.log" 2>&1
   echo "  exit $?: $(tail -1 "$OUT/$w.log")"
+  if [ "$w" = cupy ]; then
+    echo "==> cupy allocation cost (CuPy's pool, emm's C-level and Python allocators)"
+    timeout 300 python3 "$HERE/cupy_alloc.py" "$OUT" > "$OUT/cupy-alloc.log" 2>&1
+    echo "  exit $?: $(tail -1 "$OUT/cupy-alloc.log")"
+  fi
 done
 if step numba; then
   echo "==> numba-cuda's whole suite with emm.numba (about 4 minutes)"
