@@ -429,7 +429,8 @@ fn workspace_root() -> PathBuf {
         .map_or_else(|| manifest.clone(), PathBuf::from)
 }
 
-/// Runs `cmd` from the workspace root as step `step`, printing `==> step` first; a failure
+/// Runs `cmd` from the workspace root as step `step`, printing `==> step` first and its wall
+/// time when it succeeds (so a CI log shows where the time goes); a failure
 /// names the command line and its exit status.
 fn run(step: &str, mut cmd: Command) -> Result<(), Failure> {
     eprintln!("==> {step}");
@@ -438,8 +439,12 @@ fn run(step: &str, mut cmd: Command) -> Result<(), Failure> {
         step: step.to_owned(),
         reason,
     };
+    let start = std::time::Instant::now();
     match cmd.current_dir(workspace_root()).status() {
-        Ok(status) if status.success() => Ok(()),
+        Ok(status) if status.success() => {
+            eprintln!("<== {step}: {:.1} s", start.elapsed().as_secs_f64());
+            Ok(())
+        }
         Ok(status) => Err(fail(format!("`{line}` failed ({status})"))),
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             Err(fail(format!("`{line}`: program not found")))
