@@ -20,8 +20,6 @@ typedef struct CUstream_st *cudaStream_t;
  */
 #define EMM_ABI_VERSION 1
 
-
-
 /*
  The size of a CUDA IPC memory handle (`CU_IPC_HANDLE_SIZE`).
  */
@@ -245,7 +243,7 @@ enum EmmStatus emm_device_count(int *count);
  CuPy's own pool: usable at once there, elsewhere after an ordering with it).
 
  On failure raises `hooks->out_of_memory` (memory ran out) or `hooks->error` with emm's
- message and returns [`EMM_CUPY_RAISED`]; without `hooks->raise` returns NULL and leaves the
+ message and returns `(void *)-1`; without `hooks->raise` returns NULL and leaves the
  cause in `emm_last_error_code` / `emm_last_error_message`.
 
  # Safety
@@ -261,7 +259,7 @@ void *emm_cupy_malloc(const struct EmmCupyHooks *hooks,
 
 /*
  Frees `ptr` from [`emm_cupy_malloc`], on the stream it was allocated on (CuPy drops memory
- wherever its last reference goes, and names no stream). NULL and [`EMM_CUPY_RAISED`] are
+ wherever its last reference goes, and names no stream). NULL and `(void *)-1` are
  ignored. The pointer decides the device; `device` is a hint. CuPy gives this function no way
  to report an error: a failure (an unknown pointer) is recorded as the thread's last error
  and written to stderr.
