@@ -2,9 +2,10 @@
 //! completions and man pages).
 //!
 //! - `test`: install what the build needs, build the wasm plugins, then fmt check, the docs
-//!   check, clippy, the workspace tests, the installed Python package's tests, `cargo package`,
-//!   a downstream cudarc user's build (see [`packaging`]), the demo from the tests' dev build
-//!   and the loom model checks (CI runs this through `.ci/run`).
+//!   check, clippy (inside the build: see [`lints`]), the workspace tests, the installed Python
+//!   package's tests, `cargo package`, a downstream cudarc user's build (see [`packaging`]),
+//!   the demo from the tests' build and the loom model checks (CI runs this through
+//!   `.ci/run`).
 //! - `install-checks`: the [`packaging`] steps of `test` alone.
 //! - `wasm`: build the guest plugins of `plugins/` for wasm32-unknown-unknown in release and copy
 //!   the `.wasm` files to `target/wasm/`, where the sandbox's tests and benchmarks find them.
@@ -33,6 +34,7 @@ use std::process::{Command, ExitCode, Stdio};
 mod assets;
 mod docs;
 mod hardware;
+mod lints;
 mod packaging;
 mod reliability;
 mod tables;
@@ -131,7 +133,7 @@ fn main() -> ExitCode {
                 no_args("wasm", &rest).unwrap_or_else(|| result(setup().and_then(|()| wasm())))
             }
             "install-checks" => no_args("install-checks", &rest)
-                .unwrap_or_else(|| result(packaging::install_checks())),
+                .unwrap_or_else(|| result(packaging::install_checks(None))),
             "demo" => result(demo(&rest)),
             "bench" => no_args("bench", &rest).unwrap_or_else(|| result(bench())),
             "docs" => match rest.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>()[..] {
@@ -174,7 +176,8 @@ fn result(r: Result<(), Failure>) -> Outcome {
     r.map_or_else(Outcome::Failed, |()| Outcome::Done)
 }
 
-/// `cargo xtask test`: setup, fmt check, clippy, then the tests; stops at the first failure.
+/// `cargo xtask test`: setup, fmt check, clippy with the build, then the tests; stops at the
+/// first failure.
 fn test() -> Result<(), Failure> {
     setup()?;
     // The sandbox's tests load these; they fail (not skip) without them.
@@ -191,26 +194,46 @@ fn test() -> Result<(), Failure> {
             "plugins/Cargo.toml",
         ]),
     )?;
-    run(
-        "clippy",
-        cargo([
+    // Clippy runs inside the one build of the workspace (see `lints`) when the toolchain's
+    // clippy-driver can, else as its own step.
+    let lints = lints::Lints::in_build();
+    match &lints {
+        Some(l) => {
+            let mut build = cargo(["build", "--workspace", "--all-targets", "--profile", "test"]);
+            l.apply(&mut build);
+            run("clippy and build", build)?;
+        }
+        None => run(
             "clippy",
-            "--workspace",
-            "--all-targets",
-            "--",
-            "-D",
-            "warnings",
-        ]),
-    )?;
-    if has_nextest() {
-        run("test", cargo(["nextest", "run", "--workspace"]))?;
-        // nextest does not run doctests.
-        run("doctest", cargo(["test", "--workspace", "--doc"]))?;
-    } else {
-        run("test", cargo(["test", "--workspace"]))?;
+            cargo([
+                "clippy",
+                "--workspace",
+                "--all-targets",
+                "--",
+                "-D",
+                "warnings",
+            ]),
+        )?,
     }
-    packaging::install_checks()?;
-    demo_from_tests()?;
+    let lints = lints.as_ref();
+    if has_nextest() {
+        run(
+            "test",
+            lints::Lints::on(lints, cargo(["nextest", "run", "--workspace"])),
+        )?;
+        // nextest does not run doctests.
+        run(
+            "doctest",
+            lints::Lints::on(lints, cargo(["test", "--workspace", "--doc"])),
+        )?;
+    } else {
+        run(
+            "test",
+            lints::Lints::on(lints, cargo(["test", "--workspace"])),
+        )?;
+    }
+    packaging::install_checks(lints)?;
+    demo_from_tests(lints)?;
     // At most 4 preemptions (both races loom found showed at 2): with the shards' growth
     // locking every shard, 5 took 5 minutes here; `cargo xtask loom` goes deeper.
     reliability::loom(&["--preemptions".into(), "4".into()])?;
@@ -329,10 +352,13 @@ fn demo(args: &[OsString]) -> Result<(), Failure> {
 
 /// The demo as `cargo xtask test` runs it: from the dev build the tests made (the workspace's
 /// examples and binaries, so nothing builds again), the same steps as [`demo`].
-fn demo_from_tests() -> Result<(), Failure> {
+fn demo_from_tests(lints: Option<&lints::Lints>) -> Result<(), Failure> {
     run(
         "demo: build",
-        cargo(["build", "--workspace", "--examples", "--bins", "--quiet"]),
+        lints::Lints::on(
+            lints,
+            cargo(["build", "--workspace", "--examples", "--bins", "--quiet"]),
+        ),
     )?;
     show_demo("debug", &[])
 }

@@ -6,11 +6,14 @@
 use std::path::Path;
 use std::time::Instant;
 
+use crate::lints::Lints;
 use crate::{cargo, run, workspace_root, Failure};
 
 /// Every check here, in order: the Python package, the crates, the downstream cudarc build.
-pub(crate) fn install_checks() -> Result<(), Failure> {
-    python_wheel()?;
+/// `lints`: the environment the workspace was built with, so the wheel's build of `emm-capi`
+/// reuses its crates.
+pub(crate) fn install_checks(lints: Option<&Lints>) -> Result<(), Failure> {
+    python_wheel(lints)?;
     package_crates()?;
     downstream_cudarc()
 }
@@ -204,7 +207,7 @@ const WHEEL_VENV: &str = "target/wheel-venv";
 /// fresh virtual environment and runs `capi/python/tests` against the installed package on the
 /// simulated GPU. The library builds in the dev profile, over what the workspace tests built
 /// (a user's `pip install` builds release). Skipped, saying so, without `python3`.
-pub(crate) fn python_wheel() -> Result<(), Failure> {
+pub(crate) fn python_wheel(lints: Option<&Lints>) -> Result<(), Failure> {
     let start = Instant::now();
     let root = workspace_root();
     let has_python = std::process::Command::new("python3")
@@ -241,6 +244,7 @@ pub(crate) fn python_wheel() -> Result<(), Failure> {
             "./capi",
         ])
         .env("SETUPTOOLS_RUST_CARGO_PROFILE", "dev");
+    let install = Lints::on(lints, install);
     run("python wheel: pip install ./capi", install)?;
     let mut tests = std::process::Command::new(&python);
     tests
