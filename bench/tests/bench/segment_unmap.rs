@@ -123,16 +123,16 @@ fn a_failed_mapping_is_out_of_memory_and_loses_nothing() {
     let g = Arc::new(SimDriver::new(SimConfig::new(3).memory_per_device(GIB)).unwrap());
     let p = pool(&g);
     let kept = fragment(&p);
-    // The third and fourth cuMemCreate from now fail: the growth (after the free blocks'
-    // memory went back), and its retry after a synchronize.
+    // The first and second cuMemMap from now fail: the free blocks' memory moving to where
+    // the request goes, and its retry after a synchronize.
     g.inject(Fault::FailNth {
-        call: Some(CallKind::MemCreate),
-        nth: 3,
+        call: Some(CallKind::MemMap),
+        nth: 1,
         code: CudaCode::OUT_OF_MEMORY,
     });
     g.inject(Fault::FailNth {
-        call: Some(CallKind::MemCreate),
-        nth: 4,
+        call: Some(CallKind::MemMap),
+        nth: 2,
         code: CudaCode::OUT_OF_MEMORY,
     });
     let e = p.allocate(24 * MIB as usize, S).unwrap_err();
@@ -167,19 +167,21 @@ fn a_device_limit_is_out_of_memory_and_the_pool_stays_whole() {
         device: None,
         bytes: 80 * MIB,
     });
-    // 64 MiB live: 16 MiB more can be mapped, not 24.
-    let e = p.allocate(24 * MIB as usize, S).unwrap_err();
+    // 128 MiB held, 64 MiB of it free: 24 MiB are served by moving free memory, with no
+    // more taken from the device.
+    let moved = p.allocate(24 * MIB as usize, S).unwrap();
+    assert_eq!(p.held_bytes(), 128 * MIB);
+    assert_eq!(g.device_memory_used(D0), p.held_bytes());
+    p.check().unwrap();
+    // What the device lacks fails: 40 MiB free is left, in blocks of at most 16 MiB.
+    let e = p.allocate(48 * MIB as usize, S).unwrap_err();
     assert!(e.is_out_of_memory(), "{e}");
     p.check().unwrap();
     assert_eq!(g.device_memory_used(D0), p.held_bytes());
-    // 16 MiB fits once the free blocks' memory went back.
-    let fits = p.allocate(16 * MIB as usize, S).unwrap();
-    assert_eq!(p.held_bytes(), 80 * MIB);
-    p.check().unwrap();
     for b in kept {
         p.deallocate(b, 8 * MIB as usize, S).unwrap();
     }
-    p.deallocate(fits, 16 * MIB as usize, S).unwrap();
+    p.deallocate(moved, 24 * MIB as usize, S).unwrap();
     drop(p);
     assert!(g.report().is_clean(), "{}", g.report());
 }

@@ -105,6 +105,7 @@ impl Holes {
     /// # Time complexity
     ///
     /// O(holes) to go through them all.
+    #[cfg(test)]
     pub(crate) fn iter<'a>(
         &'a self,
         heap: &'a CoalescingHeap,
@@ -114,27 +115,16 @@ impl Holes {
             .map(|(&addr, &i)| (addr, heap.slab.get(i).size()))
     }
 
+    /// The holes, `(address, record)`, in address order.
+    pub(crate) fn records(&self) -> impl Iterator<Item = (u64, u32)> + '_ {
+        self.0.iter().map(|(&addr, &i)| (addr, i))
+    }
+
     /// The hole at the end of the chunk, if its last block is one: `(address, size)`.
     pub(crate) fn last(&self, heap: &CoalescingHeap) -> Option<(u64, u64)> {
         let (&addr, &i) = self.0.last_key_value()?;
         let b = heap.slab.get(i);
         (b.next_phys == NIL).then(|| (addr, b.size()))
-    }
-
-    /// Bytes free in `slot` just below the hole at `addr`: the size of the free block of
-    /// `slot` that ends there (0 when there is none), which a request filling the hole starts
-    /// in.
-    pub(crate) fn free_below(&self, heap: &CoalescingHeap, addr: u64, slot: usize) -> u64 {
-        let Some(&i) = self.0.get(&addr) else {
-            return 0;
-        };
-        let prev = heap.slab.get(heap.slab.get(i).prev_phys);
-        // The sentinel (NIL) is live, so it never counts.
-        if prev.is_free() && usize::from(prev.owner) == slot {
-            prev.size()
-        } else {
-            0
-        }
     }
 
     /// Takes `lo..hi` (granule multiples inside it) out of the free block `run` found by
@@ -329,7 +319,6 @@ mod tests {
         check(&h, &holes);
         assert_eq!(h.held(), 6 * G);
         assert_eq!(holes.iter(&h).collect::<Vec<_>>(), [(BASE + 2 * G, 2 * G)]);
-        assert_eq!(holes.free_below(&h, BASE + 2 * G, s), G - GRANULE);
         assert_eq!(h.allocate(s, 2 * G, 1), None, "only the edges are free");
         // Filling half of it merges with the free block below.
         assert!(holes.fill(&mut h, s, BASE + 2 * G, BASE + 3 * G));

@@ -12,7 +12,7 @@
 //!
 //! The segment makes the driver calls; the heap stays a pure data structure.
 
-use crate::driver::{DeviceId, Driver, EventId, StreamId};
+use crate::driver::{DeviceId, Driver, EventId, PhysHandle, StreamId};
 use crate::error::{CudaCode, DriverError, DriverResult};
 use crate::mr::detail::granules::{handle_bytes, GranuleMap, TrimPolicy};
 use crate::mr::detail::heap::CoalescingHeap;
@@ -54,6 +54,12 @@ pub(crate) struct SegmentMaps {
     pub(super) spare_events: Vec<EventId>,
     /// The holes in the heap's chunk.
     pub(super) holes: Holes,
+    /// Handles of one granule unmapped while serving one request, mapped again for it
+    /// before any new one is made: memory moved from a free block to where the request goes
+    /// costs an unmap and a map, not a release and a create as well. `None` outside such a
+    /// request, and every handle left is released when it ends, so that no unmapped handle
+    /// holds memory between requests.
+    pub(super) spare: Option<Vec<PhysHandle>>,
 }
 
 /// The size of a segment, which sits in the pool's state: the pool's fast paths are compiled
@@ -100,6 +106,7 @@ impl ExpandableSegment {
                 policy: TrimPolicy::new(SLACK_PERMILLE),
                 spare_events: Vec::new(),
                 holes: Holes::default(),
+                spare: None,
             }),
         })
     }
@@ -175,6 +182,14 @@ impl ExpandableSegment {
         Ok(())
     }
 
+    /// Bytes of the handles unmapped while serving this request, kept to be mapped again.
+    pub(super) fn spare_bytes(&self) -> u64 {
+        self.more
+            .spare
+            .as_ref()
+            .map_or(0, |s| s.len() as u64 * self.granularity)
+    }
+
     /// The size of `slot`'s wilderness in `heap` (0 when another slot has it, or none is).
     pub(super) fn wild_of(heap: &CoalescingHeap, slot: usize) -> u64 {
         heap.wild()
@@ -188,9 +203,10 @@ impl ExpandableSegment {
     /// what the request lacks is cut to what is free.
     pub(super) fn fit_free(&self, driver: &dyn Driver, bytes: u64, lack: u64) -> DriverResult<u64> {
         let g = self.granularity;
-        let Ok(info) = driver.mem_get_info() else {
+        let Ok(mut info) = driver.mem_get_info() else {
             return Ok(bytes);
         };
+        info.free = info.free.saturating_add(self.spare_bytes());
         if bytes <= info.free {
             return Ok(bytes);
         }
@@ -211,7 +227,8 @@ impl ExpandableSegment {
     }
 
     /// Maps `bytes` (a granule multiple) at `start`, which is not mapped, and grants the
-    /// device access. On failure unmaps and releases what it made.
+    /// device access; handles of one granule come from the spares first. On failure unmaps
+    /// what it mapped (and releases it, or keeps it spare).
     pub(super) fn map_range(
         &mut self,
         driver: &dyn Driver,
@@ -219,11 +236,19 @@ impl ExpandableSegment {
         bytes: u64,
     ) -> DriverResult<()> {
         let each = handle_bytes(bytes, self.granularity);
+        if each != self.granularity {
+            // Spares are of one granule: what they hold goes to the larger handles.
+            self.release_spares(driver);
+        }
         let mut made = || -> DriverResult<()> {
             let mut at = start;
             while at < start + bytes {
                 let n = each.min(start + bytes - at);
-                let h = driver.mem_create(n as usize, self.more.device)?;
+                let spare = self.more.spare.as_mut().filter(|_| n == self.granularity);
+                let h = match spare.and_then(Vec::pop) {
+                    Some(h) => h,
+                    None => driver.mem_create(n as usize, self.more.device)?,
+                };
                 if let Err(e) = driver.mem_map(crate::DevicePtr(at), n as usize, h) {
                     let _ = driver.mem_release(h);
                     return Err(e);
@@ -261,10 +286,14 @@ impl ExpandableSegment {
             let (at, end) = (inside[k].0, inside[j - 1].0 + inside[j - 1].2);
             match driver.mem_unmap(crate::DevicePtr(at), (end - at) as usize) {
                 Ok(()) => {
-                    for &(a, h, _) in &inside[k..j] {
+                    for &(a, h, n) in &inside[k..j] {
                         self.more.maps.remove(a);
+                        if let Some(spare) =
+                            self.more.spare.as_mut().filter(|_| n == self.granularity)
+                        {
+                            spare.push(h);
                         // Unmapped memory the driver will not release is lost either way.
-                        if let Err(e) = driver.mem_release(h) {
+                        } else if let Err(e) = driver.mem_release(h) {
                             first_err.get_or_insert(e);
                         }
                     }
@@ -338,6 +367,33 @@ impl ExpandableSegment {
         requested: u64,
         stream: StreamId,
     ) -> MrResult<u64> {
+        let driver = parts.driver;
+        if self.gives_back() {
+            self.more.spare = Some(Vec::new());
+        }
+        let r = self.allocate_mapping(parts, resource, size, requested, stream);
+        self.release_spares(driver);
+        self.more.spare = None;
+        r
+    }
+
+    /// Releases the spare handles.
+    fn release_spares(&mut self, driver: &dyn Driver) {
+        for h in self.more.spare.iter_mut().flat_map(|s| s.drain(..)) {
+            // Unmapped memory the driver will not release is lost either way.
+            let _ = driver.mem_release(h);
+        }
+    }
+
+    /// [`ExpandableSegment::allocate_growing`], handles unmapped on the way kept for reuse.
+    fn allocate_mapping(
+        &mut self,
+        parts: PoolParts<'_>,
+        resource: &'static str,
+        size: u64,
+        requested: u64,
+        stream: StreamId,
+    ) -> MrResult<u64> {
         let PoolParts {
             heap,
             order,
@@ -366,14 +422,22 @@ impl ExpandableSegment {
         if let Some(p) = heap.allocate(slot, size, requested) {
             return Ok(p);
         }
-        // Before mapping, give back what it would take past the mark; the free end too when
-        // a hole is to be filled (a growth maps it again).
+        // Before mapping, give back what it would take past the mark, none of the free blocks
+        // the request is to take; the free end too when holes are to be filled (a growth
+        // maps it again).
         let grow = self.grow_bytes(heap, slot, size);
-        let fill = self.best_fill(heap, slot, size).map(|(need, _)| need);
-        let need = fill.map_or(grow, |f| f.min(grow));
+        let window = self
+            .best_window(heap, slot, size, room)
+            .filter(|w| w.cost <= grow);
+        let need = window.as_ref().map_or(grow, |w| w.cost);
         let live = heap.live_bytes().saturating_add(size);
         let excess = self.more.policy.excess(self.mapped(), need, live);
-        let _ = self.trim(driver, heap, false, Give::Excess(excess, need < grow));
+        let give = Give::Excess {
+            bytes: excess,
+            wild: window.is_some(),
+            keep: window.map_or((0, 0), |w| (w.start, w.start + size)),
+        };
+        let _ = self.trim(driver, heap, false, give);
         let filled = self.fill_for(driver, heap, slot, size, room, false);
         let mut grown = match filled {
             Ok(true) => Ok(()),
@@ -396,13 +460,17 @@ impl ExpandableSegment {
             } else {
                 driver.context_synchronize()?;
             }
-            // The device is done with every free block: those below the free end go back
-            // when that lets the request map what it lacks, exactly.
-            let lack = size.saturating_sub(Self::wild_of(heap, slot));
-            let back = self.pending_bytes() + self.whole_free_bytes(heap, Give::Listed);
-            let free = driver.mem_get_info().map_or(0, |i| i.free);
-            if back > 0 && free.saturating_add(back) >= lack {
-                let _ = self.trim(driver, heap, true, Give::Listed);
+            // The device is done with every free block: the holes waiting for it go back now.
+            // When no window fits what the device has free, every wholly free handle goes
+            // back, the free end's too, if that lets the request map what it lacks.
+            let _ = self.settle(driver, heap, true);
+            let free = driver.mem_get_info().map_or(0, |i| i.free) + self.spare_bytes();
+            let fits = self
+                .best_window(heap, slot, size, room)
+                .is_some_and(|w| w.cost <= free);
+            let back = self.whole_free_bytes(heap, Give::All);
+            if !fits && back > 0 && free.saturating_add(back) >= size {
+                let _ = self.trim(driver, heap, true, Give::All);
             }
             grown = match self.fill_for(driver, heap, slot, size, room, true) {
                 Ok(true) => Ok(()),
