@@ -16,7 +16,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TRACES = ("transformer-train", "llm-decode", "cnn-varsize", "finetune-checkpoint")
 GPU_ALLOCATORS = ("caching", "expandable", "pool", "pool-vmm")
-SIM_RESOURCES = ("pool", "pool-vmm")
+SIM_RESOURCES = ("pool", "pool-vmm", "pool-vmm-tight")
 
 
 def main():

@@ -20,8 +20,16 @@ pub const MAX_CASES: usize = 1_000_000;
 pub const MAX_OPS: usize = 10_000;
 
 /// The names `--resource` takes: emm-core's `NAMED_RESOURCES`, in its order.
-pub const RESOURCES: [&str; 8] = [
-    "pool", "pool-vmm", "sharded", "arena", "binning", "async", "managed", "cuda",
+pub const RESOURCES: [&str; 9] = [
+    "pool",
+    "pool-vmm",
+    "pool-vmm-tight",
+    "sharded",
+    "arena",
+    "binning",
+    "async",
+    "managed",
+    "cuda",
 ];
 /// The names `--workload` takes: emm-core's `workloads::NAMES`.
 pub const WORKLOADS: [&str; 3] = ["W1", "W2", "W3"];

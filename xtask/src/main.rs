@@ -376,7 +376,14 @@ fn show_demo(profile: &str, args: &[OsString]) -> Result<(), Failure> {
     let emm = dir.join("emm");
     println!("\n5. The conformance suite (emm check) on the simulated GPU, seed 1:");
     let builtins = [
-        "default", "pool", "pool-vmm", "arena", "binning", "async", "managed",
+        "default",
+        "pool",
+        "pool-vmm",
+        "pool-vmm-tight",
+        "arena",
+        "binning",
+        "async",
+        "managed",
     ];
     let wasm_plugins = PLUGINS.iter().map(|(_, f)| format!("target/wasm/{f}"));
     let plugins: Vec<String> = builtins

@@ -4,4 +4,5 @@ mod adaptor_chain;
 mod adaptor_replay;
 mod bench_harness;
 mod pool_workloads;
+mod segment_unmap;
 mod sharded_pool;

@@ -86,7 +86,14 @@ fn help_and_list_name_every_command_check_and_plugin() {
     assert!(l.contains("checks (25):"), "{l}");
     assert!(l.contains("ipc_handle_addresses_same_bytes"), "{l}");
     for name in [
-        "default", "pool", "pool-vmm", "arena", "binning", "async", "managed",
+        "default",
+        "pool",
+        "pool-vmm",
+        "pool-vmm-tight",
+        "arena",
+        "binning",
+        "async",
+        "managed",
     ] {
         assert!(l.contains(&format!(" {name}")), "{name} missing from: {l}");
     }

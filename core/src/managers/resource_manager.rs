@@ -80,7 +80,7 @@ impl ManagerFactory for ResourceManagerFactory {
                      cuIpcGetMemHandle; use the pool manager for memory shared between processes",
                 )
                 .with_synchronous_memalloc(),
-            "pool-vmm" => manager.without_ipc(
+            "pool-vmm" | "pool-vmm-tight" => manager.without_ipc(
                 "memory mapped with cuMemMap cannot be exported with cuIpcGetMemHandle; use \
                  the pool manager (cuMemAlloc chunks) for memory shared between processes",
             ),

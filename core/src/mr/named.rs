@@ -12,8 +12,8 @@ use std::sync::Arc;
 
 use crate::driver::Driver;
 use crate::mr::{
-    ArenaResource, AsyncResource, BinningResource, CudaResource, DeviceMemoryResource,
-    ManagedResource, MrError, MrResult, PoolResource, ShardedPoolResource,
+    ArenaResource, AsyncResource, Backing, BinningResource, CudaResource, DeviceMemoryResource,
+    ManagedResource, MrError, MrResult, PoolOptions, PoolResource, ShardedPoolResource,
 };
 
 /// Smallest and largest bin of `binning`, as powers of two: 256 B to 1 MiB in bins, larger
@@ -28,7 +28,11 @@ pub const NAMED_RESOURCES: &[(&str, &str)] = &[
     ),
     (
         "pool-vmm",
-        "PoolResource on one expandable segment (cuMemCreate / cuMemMap): the least memory held; no IPC",
+        "PoolResource on one expandable segment (cuMemCreate / cuMemMap): little memory held, few driver calls; no IPC",
+    ),
+    (
+        "pool-vmm-tight",
+        "pool-vmm that also unmaps free memory inside its segment: the least memory held, more driver calls; no IPC",
     ),
     (
         "sharded",
@@ -80,6 +84,12 @@ pub fn with_named<W: WithResource>(name: &str, driver: Shared, work: W) -> MrRes
     Ok(match name {
         "pool" => work.with(|| Ok(pool())),
         "pool-vmm" => work.with(|| Ok(PoolResource::new(cuda()))),
+        "pool-vmm-tight" => work.with(|| {
+            PoolResource::with_options(
+                cuda(),
+                PoolOptions::default().backing(Backing::ExpandableTight),
+            )
+        }),
         "sharded" => work.with(|| Ok(ShardedPoolResource::over(pool(), shard_count()))),
         "arena" => work.with(|| Ok(ArenaResource::new(cuda()))),
         "binning" => {

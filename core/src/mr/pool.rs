@@ -7,9 +7,13 @@
 //!   memory at its end as it grows, in handles of one granule (2 MiB) or 1/64 of a large growth
 //!   — an expandable segment, as PyTorch's `expandable_segments` — so free blocks merge across
 //!   every boundary and the free end of the range (the *wilderness*) serves a request only when
-//!   no block below it fits. Otherwise it takes chunks from its upstream, sized by its
-//!   [`Growth`] policy (default: the request, rounded to 2 MiB); before growing it gives back
-//!   wholly free chunks if it would otherwise hold more than 1.05 × its live bytes. Free blocks
+//!   no block below it fits; only the free end goes back, and, when the device is short of
+//!   memory, the handles free blocks wholly cover anywhere in the range. With
+//!   [`Backing::ExpandableTight`] those go back before it maps more than it ever had mapped,
+//!   so physical memory follows the live blocks, for more driver calls. Otherwise it
+//!   takes chunks from its upstream, sized by its [`Growth`] policy (default: the request,
+//!   rounded to 2 MiB); before growing it gives back wholly free chunks if it would otherwise
+//!   hold more than 1.05 × its live bytes. Free blocks
 //!   live in two-level segregated fit (TLSF) lists — a power-of-two level and 32 linear classes
 //!   inside each — with bitmaps saying which classes are non-empty, so finding a block is two
 //!   find-first-set instructions however many blocks are free (RMM's pool walks an
@@ -19,7 +23,7 @@
 //!   pool first takes memory another stream freed (see below), then grows, up to an optional
 //!   maximum; when the device is out of memory it gathers every stream's free memory and tries
 //!   once more with exactly the request. [`PoolResource::release`] gives back every wholly free
-//!   chunk, or unmaps every wholly free handle at the end of the segment.
+//!   chunk, or unmaps every wholly free handle of the segment.
 //! - **Thread safety**: `Send + Sync`. One spin lock (`crate::sync::SpinMutex`) guards the
 //!   pool, biased to the first thread that takes it: that thread locks without a locked
 //!   instruction until another thread comes. The critical section of an allocation or a free
@@ -32,8 +36,9 @@
 //!   allocation on B finds nothing in B's lists and takes A's, the pool records its cached
 //!   event for A and makes B wait on it, then moves all of A's free blocks to B. The event
 //!   recorded late still follows every free on A, so the order is as safe and the
-//!   single-stream path never calls the driver. Unmapping is not stream-ordered, so the pool
-//!   synchronizes the context before it unmaps.
+//!   single-stream path never calls the driver. Unmapping is not stream-ordered: the segment
+//!   unmaps free memory once an event recorded on the stream that freed it has completed,
+//!   and `release` synchronizes the context first.
 //! - **Clone and ownership**: not `Clone`; owns its upstream by value and gives all its memory
 //!   back when dropped (memory still handed out becomes invalid then, as in RMM). Share a pool
 //!   through an `Arc`.
@@ -237,7 +242,7 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
     }
 
     /// Gives every fully free upstream chunk back to the upstream — or, from an expandable
-    /// segment, unmaps and releases every wholly free granule at its end — and returns the
+    /// segment, unmaps and releases every wholly free handle — and returns the
     /// bytes given. Blocks freed on several streams are coalesced first, after a context
     /// synchronize.
     ///

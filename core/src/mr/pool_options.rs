@@ -34,6 +34,17 @@ pub enum Backing {
     /// and a driver with virtual memory management; otherwise the pool uses
     /// [`Backing::Chunks`]. Its memory cannot be exported with `cuIpcGetMemHandle`.
     Expandable,
+    /// [`Backing::Expandable`], and free memory anywhere in the segment goes back too: before
+    /// it maps more than it ever had mapped (or more than 1 % over the most live bytes seen),
+    /// the segment unmaps the handles that free blocks wholly cover, once the device is done
+    /// with them, and maps into such holes later, merged with the free blocks beside them.
+    /// Physical memory then follows live bytes rather than the address range (real training
+    /// traces: 1.001 to 1.014 × peak live on the simulated GPU, against 1.001 to 1.231 for
+    /// [`Backing::Expandable`]), at the cost of more driver calls: 6 to 233 `cuMemCreate`,
+    /// `cuMemMap`, `cuMemUnmap` and `cuMemRelease` calls per 1 000 operations on those traces
+    /// (`Expandable`: 6 to 143), and about 37 in the steady state of a loop whose live bytes
+    /// walk up and down (W2; `Expandable`: none).
+    ExpandableTight,
     /// Chunks allocated from the upstream resource, one per growth, each given back whole.
     Chunks,
 }

@@ -25,6 +25,7 @@ mod mr_oom_race;
 mod mr_pool;
 mod mr_pool_expandable;
 mod mr_pool_release;
+mod mr_pool_tight;
 mod mr_resources;
 mod mr_sharded_pool;
 mod multi_gpu;

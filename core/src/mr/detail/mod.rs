@@ -34,18 +34,24 @@
 //! - [`tlsf`]: two-level segregated fit free lists with constant-time search.
 //! - [`heap`]: a coalescing suballocator over upstream chunks with per-stream TLSF lists; its
 //!   `segment_end` keeps the chunk's end as an expandable segment (wilderness, growth, cuts).
+//! - [`heap_holes`]: ranges of a segment's chunk whose physical memory went back.
 //! - [`context_scope`]: the resource's own context current for a slow path's driver calls.
 //! - [`stream_order`]: ordering one stream after another with a cached event, lazily.
 //! - [`stream_map`]: per-stream state found by stream handle in constant time.
 //! - [`growth`]: how much a pool asks its upstream for when it must grow.
-//! - [`segment`]: an expandable segment: one reserved range grown by mapping memory at its end.
+//! - [`segment`]: an expandable segment: one reserved range grown by mapping memory at its end,
+//!   its free handles unmapped.
+//! - [`segment_unmap`]: giving back a segment's free handles anywhere, mapping them again.
+//! - [`granules`]: which granules of a segment are mapped, and when to unmap free ones.
 //! - [`pool_backing`]: where a pool's memory comes from: chunks or a segment.
 
 pub(crate) mod addr_map;
 pub(crate) mod block;
 pub(crate) mod context_scope;
+pub(crate) mod granules;
 pub(crate) mod growth;
 pub(crate) mod heap;
+pub(crate) mod heap_holes;
 pub(crate) mod live_index;
 #[cfg(any(test, not(all(target_os = "linux", target_pointer_width = "64"))))]
 pub(crate) mod mask_checked_slice;
@@ -53,6 +59,7 @@ pub(crate) mod pool_backing;
 pub(crate) mod record;
 pub(crate) mod record_space;
 pub(crate) mod segment;
+pub(crate) mod segment_unmap;
 pub(crate) mod stream_map;
 pub(crate) mod stream_order;
 pub(crate) mod tlsf;

@@ -26,6 +26,7 @@ impl PoolBacking {
         match self {
             PoolBacking::Undecided => None,
             PoolBacking::Chunks => Some(Backing::Chunks),
+            PoolBacking::Segment(s) if s.gives_back() => Some(Backing::ExpandableTight),
             PoolBacking::Segment(_) => Some(Backing::Expandable),
         }
     }
@@ -45,7 +46,8 @@ impl PoolBacking {
             return;
         }
         *self = PoolBacking::Chunks;
-        if wanted != Backing::Expandable || !driver_backed || !heap.chunks().is_empty() {
+        let expandable = matches!(wanted, Backing::Expandable | Backing::ExpandableTight);
+        if !expandable || !driver_backed || !heap.chunks().is_empty() {
             return;
         }
         let Ok(info) = driver.mem_get_info() else {
@@ -54,13 +56,14 @@ impl PoolBacking {
         let span = maximum
             .map_or(info.total, |m| m.min(info.total))
             .min(MAX_CHUNK);
-        if let Ok(seg) = ExpandableSegment::reserve(driver, span) {
+        if let Ok(mut seg) = ExpandableSegment::reserve(driver, span) {
+            seg.set_gives_back(wanted == Backing::ExpandableTight);
             heap.set_wilderness();
             *self = PoolBacking::Segment(seg);
         }
     }
 
-    /// Gives back the wholly free granules at the end of a segment (nothing for chunks);
+    /// Gives back the wholly free handles of a segment (nothing for chunks);
     /// returns the bytes given back. `synchronized`: the caller already waited for the device.
     ///
     /// # Errors
@@ -75,14 +78,14 @@ impl PoolBacking {
         let PoolBacking::Segment(seg) = self else {
             return Ok(0);
         };
-        if heap.wild().is_none() {
+        if heap.free_bytes() == 0 && !seg.has_pending() {
             return Ok(0);
         }
-        // An unmap is not stream-ordered: the frees into the tail must be complete.
+        // An unmap is not stream-ordered: the frees into the memory must be complete.
         if !synchronized {
             driver.context_synchronize()?;
         }
-        seg.release_free_tail(driver, heap)
+        seg.release_free(driver, heap)
     }
 
     /// Unmaps and releases a segment and frees its reservation, after waiting for the device,

@@ -1,43 +1,74 @@
 //! [`ExpandableSegment`]: one reserved virtual address range that a pool grows by mapping
-//! physical memory at its end and shrinks by unmapping wholly free granules there — an
-//! expandable segment, as PyTorch's `expandable_segments`.
+//! physical memory at its end, and whose physical memory follows the live blocks — an
+//! expandable segment, as PyTorch's `expandable_segments`, that also gives back the middle of
+//! its range (`segment_unmap`).
 //!
 //! Chunks from an upstream are separate allocations: a free block at the end of one never
 //! merges with a free block at the start of the next, and that boundary is where a pool's
-//! memory beyond its live bytes goes (the book's "Resources and adaptors"). A segment is one range whose mapped
-//! prefix is one chunk of the [`CoalescingHeap`], extended in place, so every free neighbour
-//! merges. Physical memory comes in handles (`cuMemCreate`) of one granule, or of 1/64 of a
-//! growth when that is more, so a free tail goes back a handle at a time (`cuMemUnmap` takes
-//! whole mappings only) and a growth costs at most 64 handles: mapping 78 GB one 2 MiB
-//! granule at a time took seconds of driver calls, and as long again to undo.
+//! memory beyond its live bytes goes (the book's "Resources and adaptors"). A segment is one range, one chunk of
+//! the [`CoalescingHeap`] extended in place, so every free neighbour merges. What is mapped,
+//! and by which handle, is the [`GranuleMap`]: a mapping is made of handles of one granule,
+//! or of 1/64 of it when that is more (`granules`), and only whole handles go back.
 //!
-//! The segment makes the driver calls; the heap stays a pure data structure. Unmapping is not
-//! stream-ordered: the caller waits for the device before [`ExpandableSegment::release_free_tail`].
+//! The segment makes the driver calls; the heap stays a pure data structure.
 
-use crate::driver::{DeviceId, Driver, PhysHandle, StreamId};
+use crate::driver::{DeviceId, Driver, EventId, PhysHandle, StreamId};
 use crate::error::{CudaCode, DriverError, DriverResult};
+use crate::mr::detail::granules::{handle_bytes, GranuleMap, TrimPolicy};
 use crate::mr::detail::heap::CoalescingHeap;
+use crate::mr::detail::heap_holes::Holes;
+use crate::mr::detail::segment_unmap::{Give, Pending};
 use crate::mr::detail::stream_order::StreamOrder;
 use crate::mr::pool_options::Growth;
 use crate::mr::{MrError, MrResult};
 use crate::units::Bytes;
 
-/// One reserved range, its mapped prefix and the physical memory behind it.
+/// While a segment grows, it maps up to this over live bytes, in parts per thousand, before it
+/// gives free memory back (`segment_unmap`).
+const SLACK_PERMILLE: u64 = 10;
+
+/// One reserved range, the memory mapped in it and the holes waiting to be unmapped.
 #[derive(Debug)]
 pub(crate) struct ExpandableSegment {
-    device: DeviceId,
-    granularity: u64,
-    base: u64,
-    reserved: u64,
-    /// The physical memory mapped at `base` and the bytes of each (granule multiples), in
-    /// address order.
-    handles: Vec<(PhysHandle, u64)>,
-    /// The sum of the handles' bytes.
-    mapped: u64,
+    pub(super) granularity: u64,
+    pub(super) base: u64,
+    pub(super) reserved: u64,
+    /// Where the heap's chunk ends: every granule below is mapped or a hole.
+    pub(super) end: u64,
+    /// Holes carved but still mapped, each batch with the event that says the device is
+    /// done with it (`None`: the caller synchronized).
+    pub(super) pending: Vec<Pending>,
+    /// The rest, apart: see [`SEGMENT_BYTES`].
+    pub(super) more: Box<SegmentMaps>,
 }
 
-/// A growth maps at most this many handles (more granules each when it is large).
-const HANDLES_PER_GROWTH: u64 = 64;
+/// What a segment keeps beside its range.
+#[derive(Debug)]
+pub(crate) struct SegmentMaps {
+    pub(super) device: DeviceId,
+    /// The physical memory mapped, by address.
+    pub(super) maps: GranuleMap,
+    /// When to look for memory to give back.
+    pub(super) policy: TrimPolicy,
+    /// Events of settled batches, for the next.
+    pub(super) spare_events: Vec<EventId>,
+    /// The holes in the heap's chunk.
+    pub(super) holes: Holes,
+    /// Handles of one granule unmapped while serving one request, mapped again for it
+    /// before any new one is made: memory moved from a free block to where the request goes
+    /// costs an unmap and a map, not a release and a create as well. `None` outside such a
+    /// request, and every handle left is released when it ends, so that no unmapped handle
+    /// holds memory between requests.
+    pub(super) spare: Option<Vec<PhysHandle>>,
+}
+
+/// The size of a segment, which sits in the pool's state: the pool's fast paths are compiled
+/// against that state's layout, and a segment of 168 bytes reordered it (4.6 instructions more
+/// a free on W3, callgrind), so what does not fit stays behind a box.
+#[cfg(target_pointer_width = "64")]
+const SEGMENT_BYTES: usize = 64;
+#[cfg(target_pointer_width = "64")]
+const _: () = assert!(std::mem::size_of::<ExpandableSegment>() == SEGMENT_BYTES);
 
 /// Why a segment could not grow.
 #[derive(Debug)]
@@ -64,24 +95,43 @@ impl ExpandableSegment {
         let reserved = bytes.max(1).div_ceil(granularity) * granularity;
         let base = driver.mem_address_reserve(reserved as usize, 0)?.0;
         Ok(ExpandableSegment {
-            device,
             granularity,
             base,
             reserved,
-            handles: Vec::new(),
-            mapped: 0,
+            end: base,
+            pending: Vec::new(),
+            more: Box::new(SegmentMaps {
+                device,
+                maps: GranuleMap::default(),
+                policy: TrimPolicy::new(SLACK_PERMILLE),
+                spare_events: Vec::new(),
+                holes: Holes::default(),
+                spare: None,
+            }),
         })
+    }
+
+    /// Whether free memory anywhere goes back before the segment maps more
+    /// ([`Backing::ExpandableTight`](crate::mr::Backing::ExpandableTight)), or only when the
+    /// device is short of memory.
+    pub(crate) fn set_gives_back(&mut self, gives_back: bool) {
+        self.more.policy.gives_back = gives_back;
+    }
+
+    /// Whether free memory anywhere goes back before the segment maps more.
+    pub(crate) fn gives_back(&self) -> bool {
+        self.more.policy.gives_back
     }
 
     /// Bytes mapped.
     pub(crate) fn mapped(&self) -> u64 {
-        self.mapped
+        self.more.maps.mapped()
     }
 
     /// Grows the segment so that `slot`'s wilderness in `heap` holds at least `size` bytes:
     /// maps what it lacks (at least what `growth` asks), within `room` bytes more. The heap's
-    /// one chunk is the segment's mapped prefix. On failure nothing is mapped that was not
-    /// before.
+    /// one chunk ends where the segment's mapped range does. On failure nothing is mapped
+    /// that was not before.
     ///
     /// # Errors
     ///
@@ -102,13 +152,11 @@ impl ExpandableSegment {
         room: Option<u64>,
     ) -> Result<(), GrowError> {
         let g = self.granularity;
-        let tail = heap
-            .wild()
-            .filter(|&(_, _, owner)| owner == slot)
-            .map_or(0, |(_, n, _)| n);
+        let tail = Self::wild_of(heap, slot);
         let held = self.mapped();
         // Room is whole granules, so what fits rounds up within it (and cannot overflow).
-        let room = (self.reserved - held).min(room.map_or(u64::MAX, |r| r / g * g));
+        let room =
+            (self.reserved - (self.end - self.base)).min(room.map_or(u64::MAX, |r| r / g * g));
         let lack = size.saturating_sub(tail).max(1);
         if lack > room {
             return Err(GrowError::NoRoom { room });
@@ -118,29 +166,14 @@ impl ExpandableSegment {
             Growth::Fraction { divisor } => lack.max(held / divisor.max(1)),
             Growth::Fixed { bytes } => lack.max(bytes),
         };
-        let mut bytes = want.min(room).div_ceil(g) * g;
-        // Mapping stops at the first handle the device lacks and undoing it costs as much
-        // again, so ask first: a request beyond free memory fails at once, and growth beyond
-        // what the request lacks is cut to what is free.
-        if let Ok(info) = driver.mem_get_info() {
-            if bytes > info.free {
-                let need = lack.div_ceil(g) * g;
-                if need > info.free {
-                    return Err(GrowError::Driver(DriverError::new(
-                        "cuMemCreate",
-                        CudaCode::OUT_OF_MEMORY,
-                        format!(
-                            "growing the segment by {} needs more than the {} free on device {}",
-                            Bytes(need),
-                            Bytes(info.free),
-                            self.device.0
-                        ),
-                    )));
-                }
-                bytes = need.max(info.free / g * g);
-            }
-        }
-        let start = self.map_more(driver, bytes).map_err(GrowError::Driver)?;
+        let bytes = want.min(room).div_ceil(g) * g;
+        let bytes = self
+            .fit_free(driver, bytes, lack)
+            .map_err(GrowError::Driver)?;
+        let start = self.end;
+        self.map_range(driver, start, bytes)
+            .map_err(GrowError::Driver)?;
+        self.end += bytes;
         if heap.chunks().is_empty() {
             heap.add_chunk(slot, start, bytes);
         } else {
@@ -149,87 +182,129 @@ impl ExpandableSegment {
         Ok(())
     }
 
-    /// Maps `bytes` (a granule multiple) more at the end and grants the device access; returns
-    /// where the new memory starts. On failure unmaps and releases what it made.
-    fn map_more(&mut self, driver: &dyn Driver, bytes: u64) -> DriverResult<u64> {
-        let (g, start) = (self.granularity, self.base + self.mapped());
-        let before = self.handles.len();
-        let each = bytes.div_ceil(HANDLES_PER_GROWTH).div_ceil(g).max(1) * g;
+    /// Bytes of the handles unmapped while serving this request, kept to be mapped again.
+    pub(super) fn spare_bytes(&self) -> u64 {
+        self.more
+            .spare
+            .as_ref()
+            .map_or(0, |s| s.len() as u64 * self.granularity)
+    }
+
+    /// The size of `slot`'s wilderness in `heap` (0 when another slot has it, or none is).
+    pub(super) fn wild_of(heap: &CoalescingHeap, slot: usize) -> u64 {
+        heap.wild()
+            .filter(|&(_, _, owner)| owner == slot)
+            .map_or(0, |(_, n, _)| n)
+    }
+
+    /// `bytes` (granules) to map for a request that lacks `lack`, cut to what the device has
+    /// free. Mapping stops at the first handle the device lacks and undoing it costs as much
+    /// again, so it asks first: a request beyond free memory fails at once, and mapping beyond
+    /// what the request lacks is cut to what is free.
+    pub(super) fn fit_free(&self, driver: &dyn Driver, bytes: u64, lack: u64) -> DriverResult<u64> {
+        let g = self.granularity;
+        let Ok(mut info) = driver.mem_get_info() else {
+            return Ok(bytes);
+        };
+        info.free = info.free.saturating_add(self.spare_bytes());
+        if bytes <= info.free {
+            return Ok(bytes);
+        }
+        let need = lack.div_ceil(g) * g;
+        if need > info.free {
+            return Err(DriverError::new(
+                "cuMemCreate",
+                CudaCode::OUT_OF_MEMORY,
+                format!(
+                    "mapping {} more of the segment needs more than the {} free on device {}",
+                    Bytes(need),
+                    Bytes(info.free),
+                    self.more.device.0
+                ),
+            ));
+        }
+        Ok(need.max(info.free / g * g))
+    }
+
+    /// Maps `bytes` (a granule multiple) at `start`, which is not mapped, and grants the
+    /// device access; handles of one granule come from the spares first. On failure unmaps
+    /// what it mapped (and releases it, or keeps it spare).
+    pub(super) fn map_range(
+        &mut self,
+        driver: &dyn Driver,
+        start: u64,
+        bytes: u64,
+    ) -> DriverResult<()> {
+        let each = handle_bytes(bytes, self.granularity);
+        if each != self.granularity {
+            // Spares are of one granule: what they hold goes to the larger handles.
+            self.release_spares(driver);
+        }
         let mut made = || -> DriverResult<()> {
             let mut at = start;
             while at < start + bytes {
                 let n = each.min(start + bytes - at);
-                let h = driver.mem_create(n as usize, self.device)?;
+                let spare = self.more.spare.as_mut().filter(|_| n == self.granularity);
+                let h = match spare.and_then(Vec::pop) {
+                    Some(h) => h,
+                    None => driver.mem_create(n as usize, self.more.device)?,
+                };
                 if let Err(e) = driver.mem_map(crate::DevicePtr(at), n as usize, h) {
                     let _ = driver.mem_release(h);
                     return Err(e);
                 }
-                self.handles.push((h, n));
-                self.mapped += n;
+                self.more.maps.insert(at, h, n);
                 at += n;
             }
-            driver.mem_set_access(crate::DevicePtr(start), bytes as usize, self.device)
+            driver.mem_set_access(crate::DevicePtr(start), bytes as usize, self.more.device)
         };
-        match made() {
-            Ok(()) => Ok(start),
-            Err(e) => {
-                // Nothing touched the new memory yet: no wait is needed before unmapping.
-                let _ = self.unmap_to(driver, before);
-                Err(e)
-            }
-        }
+        made().inspect_err(|_| {
+            // Nothing touched the new memory yet: no wait is needed before unmapping.
+            let _ = self.unmap_range(driver, start, start + bytes);
+        })
     }
 
-    /// Unmaps and releases the handles past the first `keep`, last first.
-    fn unmap_to(&mut self, driver: &dyn Driver, keep: usize) -> DriverResult<()> {
-        while self.handles.len() > keep {
-            let Some(&(h, n)) = self.handles.last() else {
-                break;
-            };
-            let at = self.base + self.mapped - n;
-            driver.mem_unmap(crate::DevicePtr(at), n as usize)?;
-            self.handles.pop();
-            self.mapped -= n;
-            // Unmapped memory the driver will not release is lost to the pool either way.
-            driver.mem_release(h)?;
-        }
-        Ok(())
-    }
-
-    /// Gives back the granules wholly inside the heap's wilderness (the free end of the segment)
-    /// and cuts the chunk to match; returns the bytes given back. The caller has waited for the device (an
-    /// unmap is not stream-ordered).
+    /// Unmaps and releases every handle wholly inside `lo..hi`, one unmap per contiguous run.
     ///
     /// # Errors
     ///
-    /// The driver's first error; what was unmapped before it is cut from the heap.
-    ///
-    /// # Time complexity
-    ///
-    /// O(blocks of the segment + handles given back) plus two driver calls per handle given
-    /// back.
-    pub(crate) fn release_free_tail(
+    /// The driver's first error; what it refused to unmap stays mapped.
+    pub(super) fn unmap_range(
         &mut self,
         driver: &dyn Driver,
-        heap: &mut CoalescingHeap,
-    ) -> DriverResult<u64> {
-        let Some((addr, _, _)) = heap.wild() else {
-            return Ok(0);
-        };
-        // The handles that end above the free tail's start stay.
-        let mut keep = self.handles.len();
-        let mut end = self.base + self.mapped;
-        while keep > 0 && end - self.handles[keep - 1].1 >= addr {
-            end -= self.handles[keep - 1].1;
-            keep -= 1;
+        lo: u64,
+        hi: u64,
+    ) -> DriverResult<()> {
+        let inside = self.more.maps.inside(lo, hi);
+        let mut first_err = None;
+        let mut k = 0;
+        while k < inside.len() {
+            let mut j = k + 1;
+            while j < inside.len() && inside[j].0 == inside[j - 1].0 + inside[j - 1].2 {
+                j += 1;
+            }
+            let (at, end) = (inside[k].0, inside[j - 1].0 + inside[j - 1].2);
+            match driver.mem_unmap(crate::DevicePtr(at), (end - at) as usize) {
+                Ok(()) => {
+                    for &(a, h, n) in &inside[k..j] {
+                        self.more.maps.remove(a);
+                        if let Some(spare) =
+                            self.more.spare.as_mut().filter(|_| n == self.granularity)
+                        {
+                            spare.push(h);
+                        // Unmapped memory the driver will not release is lost either way.
+                        } else if let Err(e) = driver.mem_release(h) {
+                            first_err.get_or_insert(e);
+                        }
+                    }
+                }
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+            k = j;
         }
-        let before = self.mapped();
-        let r = self.unmap_to(driver, keep);
-        let end = self.base + self.mapped();
-        if end < self.base + before {
-            heap.cut_chunk(end);
-        }
-        r.map(|()| before - self.mapped())
+        first_err.map_or(Ok(()), Err)
     }
 
     /// Unmaps and releases everything and frees the reservation. The caller has waited for
@@ -239,9 +314,21 @@ impl ExpandableSegment {
     ///
     /// The driver's first error; the rest is still attempted.
     pub(crate) fn destroy(mut self, driver: &dyn Driver) -> DriverResult<()> {
-        let unmapped = self.unmap_to(driver, 0);
+        let mut first_err = None;
+        for (at, h, n) in self.more.maps.drain_from_top() {
+            let r = driver
+                .mem_unmap(crate::DevicePtr(at), n as usize)
+                .and_then(|()| driver.mem_release(h));
+            if let Err(e) = r {
+                first_err.get_or_insert(e);
+            }
+        }
+        let events = self.pending.drain(..).filter_map(|p| p.event);
+        for e in events.chain(self.more.spare_events.drain(..)) {
+            let _ = driver.event_destroy(e);
+        }
         let freed = driver.mem_address_free(crate::DevicePtr(self.base), self.reserved as usize);
-        unmapped.and(freed)
+        first_err.map_or(freed, Err)
     }
 }
 
@@ -261,17 +348,45 @@ pub(crate) struct PoolParts<'a> {
 
 impl ExpandableSegment {
     /// Serves a request of `size` bytes (`requested` asked) on `stream`, for which no listed
-    /// block and not its own wilderness fit, by growing the segment: first takes the
-    /// wilderness another stream left (ordering `stream` after it), so that the growth merges
-    /// with it; when the device or the reservation is short, synchronizes, takes every
-    /// stream's free blocks, and grows by exactly what the request still lacks. Returns the
-    /// block's address.
+    /// block and not its own wilderness fit, by mapping memory: first takes the wilderness
+    /// another stream left (ordering `stream` after it), so that a growth merges with it;
+    /// gives back free blocks' memory when a look is due, then fills a hole or grows
+    /// (`segment_unmap`); when the device or the reservation is short, synchronizes, takes
+    /// every stream's free blocks, gives back the memory of those below the free end if that
+    /// lets the request map what it lacks, and maps exactly that. Returns the block's address.
     ///
     /// # Errors
     ///
     /// [`MrError::OutOfMemory`] when neither the device nor the reservation (or the pool's
     /// maximum) has room; other driver errors.
     pub(crate) fn allocate_growing(
+        &mut self,
+        parts: PoolParts<'_>,
+        resource: &'static str,
+        size: u64,
+        requested: u64,
+        stream: StreamId,
+    ) -> MrResult<u64> {
+        let driver = parts.driver;
+        if self.gives_back() {
+            self.more.spare = Some(Vec::new());
+        }
+        let r = self.allocate_mapping(parts, resource, size, requested, stream);
+        self.release_spares(driver);
+        self.more.spare = None;
+        r
+    }
+
+    /// Releases the spare handles.
+    fn release_spares(&mut self, driver: &dyn Driver) {
+        for h in self.more.spare.iter_mut().flat_map(|s| s.drain(..)) {
+            // Unmapped memory the driver will not release is lost either way.
+            let _ = driver.mem_release(h);
+        }
+    }
+
+    /// [`ExpandableSegment::allocate_growing`], handles unmapped on the way kept for reuse.
+    fn allocate_mapping(
         &mut self,
         parts: PoolParts<'_>,
         resource: &'static str,
@@ -301,7 +416,34 @@ impl ExpandableSegment {
             requested,
             available,
         };
-        let mut grown = self.grow_for(driver, heap, slot, size, growth, room);
+        // Memory is about to be mapped: first give back what the policy says, then fill a
+        // hole if that maps no more than growing would. An unmap the driver refuses leaves
+        // a hole mapped, tried again later; the request goes on.
+        if let Some(p) = heap.allocate(slot, size, requested) {
+            return Ok(p);
+        }
+        // Before mapping, give back what it would take past the mark, none of the free blocks
+        // the request is to take; the free end too when holes are to be filled (a growth
+        // maps it again).
+        let grow = self.grow_bytes(heap, slot, size);
+        let window = self
+            .best_window(heap, slot, size, room)
+            .filter(|w| w.cost <= grow);
+        let need = window.as_ref().map_or(grow, |w| w.cost);
+        let live = heap.live_bytes().saturating_add(size);
+        let excess = self.more.policy.excess(self.mapped(), need, live);
+        let give = Give::Excess {
+            bytes: excess,
+            wild: window.is_some(),
+            keep: window.map_or((0, 0), |w| (w.start, w.start + size)),
+        };
+        let _ = self.trim(driver, heap, false, give);
+        let filled = self.fill_for(driver, heap, slot, size, room, false);
+        let mut grown = match filled {
+            Ok(true) => Ok(()),
+            Ok(false) => self.grow_for(driver, heap, slot, size, growth, room),
+            Err(e) => Err(GrowError::Driver(e)),
+        };
         let short = match &grown {
             Err(GrowError::Driver(e)) => e.is_out_of_memory(),
             Err(GrowError::NoRoom { .. }) => true,
@@ -315,12 +457,32 @@ impl ExpandableSegment {
                 if let Some(p) = p.or_else(|| heap.allocate_wild(slot, size, requested)) {
                     return Ok(p);
                 }
+            } else {
+                driver.context_synchronize()?;
             }
-            grown = self.grow_for(driver, heap, slot, size, Growth::Exact, room);
+            // The device is done with every free block: the holes waiting for it go back now.
+            // When no window fits what the device has free, every wholly free handle goes
+            // back, the free end's too, if that lets the request map what it lacks.
+            let _ = self.settle(driver, heap, true);
+            let free = driver.mem_get_info().map_or(0, |i| i.free) + self.spare_bytes();
+            let fits = self
+                .best_window(heap, slot, size, room)
+                .is_some_and(|w| w.cost <= free);
+            let back = self.whole_free_bytes(heap, Give::All);
+            if !fits && back > 0 && free.saturating_add(back) >= size {
+                let _ = self.trim(driver, heap, true, Give::All);
+            }
+            grown = match self.fill_for(driver, heap, slot, size, room, true) {
+                Ok(true) => Ok(()),
+                Ok(false) => self.grow_for(driver, heap, slot, size, Growth::Exact, room),
+                Err(e) => Err(GrowError::Driver(e)),
+            };
         }
+        self.more.policy.mapped(self.mapped());
         match grown {
             Ok(()) => heap
-                .allocate_wild(slot, size, requested)
+                .allocate(slot, size, requested)
+                .or_else(|| heap.allocate_wild(slot, size, requested))
                 .ok_or_else(|| oom(None)),
             Err(GrowError::NoRoom { room }) => Err(oom(Some(room))),
             Err(GrowError::Driver(e)) if e.is_out_of_memory() => {

@@ -3,7 +3,7 @@
 
 use crate::mr::detail::record::{NIL, SCRATCH, SCRATCH_NUMBER};
 
-use super::{CoalescingHeap, QUARANTINE};
+use super::{CoalescingHeap, QUARANTINE, UNMAPPED};
 
 impl CoalescingHeap {
     /// Checks every internal invariant: blocks tile each chunk, free blocks are filed in their
@@ -50,6 +50,8 @@ impl CoalescingHeap {
                 return Err(format!("chunk {:#x} not fully tiled", c.base));
             }
         }
+        // Holes are in the chunk but not held (`heap_holes`).
+        let held = held - self.hole_bytes();
         if live != self.live_blocks.len() || held != self.held || live_bytes != self.live_bytes {
             return Err(format!(
                 "counts: {live} live blocks seen, {} counted; {held} held, {} counted; \
@@ -90,7 +92,7 @@ impl CoalescingHeap {
                 let mut n = 0;
                 let mut i = c.first;
                 while i != NIL {
-                    n += usize::from(blocks[i].is_free());
+                    n += usize::from(blocks[i].is_free() && blocks[i].owner != UNMAPPED);
                     i = blocks[i].next_phys;
                 }
                 n

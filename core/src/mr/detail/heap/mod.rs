@@ -39,10 +39,14 @@ use crate::mr::detail::tlsf::{OwnClass, TlsfIndex, GRANULE};
 /// took, usable by no stream until a context synchronize ([`CoalescingHeap::unify`]).
 pub(crate) const QUARANTINE: u16 = LIVE - 1;
 
-/// Stream slots a heap keeps: a block's owner is 16 bits, and neither [`LIVE`] nor
-/// [`QUARANTINE`] is a slot.
+/// The owner of a hole: a range of a segment whose physical memory is given back, in no list
+/// and never merged with a free block (`heap_holes`).
+pub(crate) const UNMAPPED: u16 = LIVE - 2;
+
+/// Stream slots a heap keeps: a block's owner is 16 bits, and none of [`LIVE`],
+/// [`QUARANTINE`] and [`UNMAPPED`] is a slot.
 #[cfg(not(test))]
-pub(crate) const MAX_SLOTS: usize = QUARANTINE as usize;
+pub(crate) const MAX_SLOTS: usize = UNMAPPED as usize;
 /// A few, so that the tests reach the limit (65 534 sets of lists would take 550 MB).
 #[cfg(test)]
 pub(crate) const MAX_SLOTS: usize = 3;

@@ -136,6 +136,13 @@ impl CoalescingHeap {
     /// # Time complexity
     ///
     /// O(1).
+    #[cfg_attr(
+        not(test),
+        expect(
+            dead_code,
+            reason = "the segment cuts its end as a hole now (`heap_holes`)"
+        )
+    )]
     pub(crate) fn cut_chunk(&mut self, end: u64) -> u64 {
         let (Some(w), Some(c)) = (self.wilderness_block, self.chunks().first().copied()) else {
             return 0;
