@@ -15,7 +15,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TRACES = ("transformer-train", "llm-decode", "cnn-varsize", "finetune-checkpoint")
-GPU_ALLOCATORS = ("caching", "expandable", "pool", "pool-vmm")
+GPU_ALLOCATORS = ("caching", "expandable", "pool", "pool-vmm", "pool-vmm-tight")
 SIM_RESOURCES = ("pool", "pool-vmm", "pool-vmm-tight")
 
 
@@ -39,12 +39,15 @@ def main():
             r = by.get(a)
             if r is None:
                 row["gpu_" + a] = ""
+                row["alloc_" + a] = ""
                 row["step_ms_" + a] = ""
                 continue
             # Device memory the process took at its peak, as nvidia-smi saw it every 20 ms,
             # over the live bytes PyTorch counted for the same trace.
             held = (r["smi_used_mib_peak"] - r["smi_used_mib_first"]) * 2**20
             row["gpu_" + a] = "%.3f" % (held / live)
+            # The allocator alone: less what the process took beside it.
+            row["alloc_" + a] = "%.3f" % ((held - row["non_allocator_mib"] * 2**20) / live)
             row["step_ms_" + a] = "%.1f" % (r["step_seconds_median"] * 1e3)
         for res in SIM_RESOURCES:
             out = subprocess.run([emm, "replay", os.path.join(ROOT, "benchmarks", "traces", trace + ".pickle.gz"),
