@@ -49,11 +49,14 @@ pub(crate) use loom_thread_local as thread_local;
 /// lock revoking, makes every thread of the process run a full memory barrier with
 /// `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)` (a few microseconds), and waits for the owner
 /// to leave; from then on everyone takes it with one compare-and-swap and unlocks with a
-/// release store — until one thread takes it 4096 times in a row, which makes it the owner
-/// again. A pool used by one thread — the common case, and every one-thread
-/// benchmark — never pays a locked instruction; a shared one pays one barrier call each time
-/// its owner changes; a per-thread shard that another thread visits now and then (a steal) is
-/// its owner's again soon after. Where `membarrier` is missing (not Linux, a kernel before
+/// release store — until its first owner takes it 4096 times in a row, which gives it the bias
+/// back. Only the first owner ever holds the bias: all owners announce themselves in one
+/// `busy` flag, and a former owner that read the bias just before it was revoked still stores
+/// and clears that flag once; were another thread the owner by then, the clear would hide it
+/// from the next revoker and two threads would hold the lock at once. A pool used by one
+/// thread — the common case, and every one-thread benchmark — never pays a locked
+/// instruction; a shared one pays one barrier call when its bias goes; a per-thread shard that
+/// another thread visits now and then (a steal) is its owner's again soon after. Where `membarrier` is missing (not Linux, a kernel before
 /// 4.14, a seccomp filter), locks are never biased; `EMM_LOCK_BIAS=0` in the environment turns
 /// biasing off too.
 ///
@@ -81,8 +84,8 @@ mod spin {
     const REVOKING: u64 = 2;
     /// Thread numbers start here, above the states.
     const FIRST_THREAD: u64 = 3;
-    /// A thread that takes a revoked lock this many times in a row, with no other thread in
-    /// between, becomes its owner: on the H100 host, 16 threads of the sharded pool spent
+    /// The first owner, taking a revoked lock this many times in a row with no other thread in
+    /// between, owns it again: on the H100 host, 16 threads of the sharded pool spent
     /// 9.5 % of their time in the revoked lock's compare-and-swap path (W1, `perf`), their
     /// shards' biases taken by a steal each.
     /// A revocation costs a `membarrier` (microseconds); so many uncontended acquisitions
@@ -136,6 +139,8 @@ mod spin {
         busy: AtomicBool,
         /// The lock once the bias is revoked.
         locked: AtomicBool,
+        /// The one thread the bias is ever given to: the first to take the lock.
+        first: AtomicU64,
         /// The thread that last took `locked`, and how many times in a row (both written only
         /// while holding it).
         last: AtomicU64,
@@ -155,6 +160,7 @@ mod spin {
                 bias: AtomicU64::new(UNBIASED),
                 busy: AtomicBool::new(false),
                 locked: AtomicBool::new(false),
+                first: AtomicU64::new(UNBIASED),
                 last: AtomicU64::new(UNBIASED),
                 streak: AtomicU64::new(0),
                 value: UnsafeCell::new(value),
@@ -165,11 +171,15 @@ mod spin {
         #[inline]
         pub(crate) fn lock(&self) -> SpinGuard<'_, T> {
             let me = thread_number();
-            if self.bias.load(Ordering::Relaxed) == me && self.enter_biased(me) {
-                return SpinGuard {
-                    lock: self,
-                    biased: true,
-                };
+            if self.bias.load(Ordering::Relaxed) == me {
+                #[cfg(test)]
+                tests::between_check_and_announce();
+                if self.enter_biased(me) {
+                    return SpinGuard {
+                        lock: self,
+                        biased: true,
+                    };
+                }
             }
             self.lock_slow(me)
         }
@@ -209,12 +219,13 @@ mod spin {
                     UNBIASED => {
                         let claim = if membarrier::available() { me } else { REVOKED };
                         // Losing the race is fine: the next turn sees the winner's claim.
-                        let _ = self.bias.compare_exchange(
-                            UNBIASED,
-                            claim,
-                            Ordering::AcqRel,
-                            Ordering::Acquire,
-                        );
+                        if self
+                            .bias
+                            .compare_exchange(UNBIASED, claim, Ordering::AcqRel, Ordering::Acquire)
+                            .is_ok()
+                        {
+                            self.first.store(me, Ordering::Relaxed);
+                        }
                     }
                     owner if owner == me => {
                         if self.enter_biased(me) {
@@ -249,7 +260,8 @@ mod spin {
         }
 
         /// With `locked` held by `me`: makes sure no owner is inside through a bias, and gives
-        /// `me` the bias after [`REBIAS_AFTER`] acquisitions in a row.
+        /// `me` the bias back after [`REBIAS_AFTER`] acquisitions in a row when it was the
+        /// first owner (see the note on `spin` for why no other thread).
         ///
         /// An owner may have been given the bias back since `me` read [`REVOKED`]; it could
         /// be inside now, so `me` revokes it as any thread would (or waits for a revoker that
@@ -272,7 +284,12 @@ mod spin {
                 self.last.store(me, Ordering::Relaxed);
                 1
             };
-            if streak >= REBIAS_AFTER && membarrier::available() {
+            // `first` is stored right after the claim, before `me` could take `locked` after a
+            // revocation: a thread never reads another's claim as its own.
+            if streak >= REBIAS_AFTER
+                && self.first.load(Ordering::Relaxed) == me
+                && membarrier::available()
+            {
                 self.streak.store(0, Ordering::Relaxed);
                 // Seen by `me`'s next `lock` at once; another thread revokes it as above.
                 self.bias.store(me, Ordering::Release);
@@ -450,8 +467,70 @@ mod spin {
     #[cfg(test)]
     mod tests {
         use super::SpinMutex;
+        use std::cell::RefCell;
         use std::sync::atomic::{AtomicBool, Ordering};
-        use std::sync::Arc;
+        use std::sync::{mpsc, Arc};
+
+        std::thread_local! {
+            /// Run once by this thread's next `lock` between its look at the bias and its
+            /// announcement: where a former owner can be stopped for any length of time.
+            static PAUSE: RefCell<Option<Box<dyn FnOnce()>>> = const { RefCell::new(None) };
+        }
+
+        pub(super) fn between_check_and_announce() {
+            if let Some(pause) = PAUSE.with(|p| p.borrow_mut().take()) {
+                pause();
+            }
+        }
+
+        #[test]
+        fn a_former_owner_late_to_announce_never_lets_two_threads_in() {
+            use super::{membarrier, REBIAS_AFTER};
+            if !membarrier::available() {
+                eprintln!("no membarrier here: locks are never biased, nothing to check");
+                return;
+            }
+            // A owns the bias and stops after seeing it, before announcing itself. The main
+            // thread revokes it, takes the lock REBIAS_AFTER times in a row and holds it; then
+            // A goes on, finds the bias gone and must wait for the main thread.
+            let m = Arc::new(SpinMutex::new(0u64));
+            let inside = Arc::new(AtomicBool::new(false));
+            let (paused, wait_paused) = mpsc::channel();
+            let (go, wait_go) = mpsc::channel::<()>();
+            let a = {
+                let (m, inside) = (m.clone(), inside.clone());
+                std::thread::spawn(move || {
+                    *m.lock() += 1;
+                    PAUSE.with(|p| {
+                        *p.borrow_mut() = Some(Box::new(move || {
+                            paused.send(()).unwrap();
+                            wait_go.recv().unwrap();
+                        }))
+                    });
+                    let mut g = m.lock();
+                    assert!(
+                        !inside.swap(true, Ordering::SeqCst),
+                        "the former owner got in while another thread held the lock"
+                    );
+                    *g += 1;
+                    inside.store(false, Ordering::SeqCst);
+                })
+            };
+            wait_paused.recv().unwrap();
+            for _ in 0..=REBIAS_AFTER {
+                *m.lock() += 1;
+            }
+            let mut g = m.lock();
+            assert!(!inside.swap(true, Ordering::SeqCst));
+            go.send(()).unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            *g += 1;
+            inside.store(false, Ordering::SeqCst);
+            drop(g);
+            a.join()
+                .expect("the former owner saw the lock held by two threads");
+            assert_eq!(*m.lock(), REBIAS_AFTER + 4);
+        }
 
         #[test]
         fn excludes_other_threads() {
@@ -554,8 +633,8 @@ mod spin {
 
         #[test]
         fn owners_come_and_go_and_never_share_the_lock() {
-            // Bursts longer than REBIAS_AFTER with pauses between: each thread in turn takes
-            // the bias, and the next burst of another revokes it.
+            // Bursts longer than REBIAS_AFTER with pauses between: the first owner takes the
+            // bias back after its bursts, and the next burst of another revokes it.
             let m = Arc::new(SpinMutex::new((0u64, 0u64)));
             let threads: Vec<_> = (0..4)
                 .map(|_| {
