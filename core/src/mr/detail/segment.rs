@@ -16,7 +16,7 @@
 
 use crate::driver::{DeviceId, Driver, PhysHandle, StreamId};
 use crate::error::{CudaCode, DriverError, DriverResult};
-use crate::mr::detail::heap::CoalescingHeap;
+use crate::mr::detail::heap::{CoalescingHeap, SlabFull};
 use crate::mr::detail::stream_order::StreamOrder;
 use crate::mr::pool_options::Growth;
 use crate::mr::{MrError, MrResult};
@@ -49,6 +49,8 @@ pub(crate) enum GrowError {
     },
     /// The driver refused (out of memory, or another error).
     Driver(DriverError),
+    /// The heap's block slab could not grow to record the new memory; nothing was mapped.
+    Records(SlabFull),
 }
 
 impl ExpandableSegment {
@@ -140,13 +142,16 @@ impl ExpandableSegment {
                 bytes = need.max(info.free / g * g);
             }
         }
+        // Records first (the end, and the split of the request from it), so that memory
+        // mapped is always recorded.
+        heap.reserve_records(2).map_err(GrowError::Records)?;
         let start = self.map_more(driver, bytes).map_err(GrowError::Driver)?;
         if heap.chunks().is_empty() {
-            heap.add_chunk(slot, start, bytes);
+            heap.add_chunk(slot, start, bytes)
         } else {
-            heap.extend_chunk(slot, bytes);
+            heap.extend_chunk(slot, bytes)
         }
-        Ok(())
+        .map_err(GrowError::Records)
     }
 
     /// Maps `bytes` (a granule multiple) more at the end and grants the device access; returns
@@ -305,7 +310,7 @@ impl ExpandableSegment {
         let short = match &grown {
             Err(GrowError::Driver(e)) => e.is_out_of_memory(),
             Err(GrowError::NoRoom { .. }) => true,
-            Ok(()) => false,
+            Err(GrowError::Records(_)) | Ok(()) => false,
         };
         if short {
             if heap.coalesce_streams(stream, || driver.context_synchronize())? {
@@ -327,6 +332,7 @@ impl ExpandableSegment {
                 Err(oom(driver.mem_get_info().ok().map(|i| i.free)))
             }
             Err(GrowError::Driver(e)) => Err(MrError::Driver(e)),
+            Err(GrowError::Records(full)) => Err(MrError::records_full(resource, requested, full)),
         }
     }
 }

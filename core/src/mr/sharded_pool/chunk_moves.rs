@@ -137,6 +137,16 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
         if s.heap.held() > target {
             self.trim(&mut s, target, u64::MAX);
         }
+        // A record for each chunk and one for the split: where the slab cannot grow, the
+        // chunks go to the shared pool instead (wholly free, on the streams they were freed
+        // on), and the host's refusal is the answer.
+        if let Err(full) = s.heap.reserve_records(stolen.chunks.len() + 1) {
+            drop(s);
+            for (c, from, _) in stolen.chunks {
+                let _ = self.shared_deallocate(DevicePtr(c.base), c.size as usize, from);
+            }
+            return Err(MrError::records_full(NAME, bytes, full));
+        }
         let slot = s.heap.slot(stream);
         let mut ordered: Vec<StreamId> = Vec::new();
         let mut first_err = None;
@@ -161,7 +171,11 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
             } else {
                 (s.heap.slot(from), from)
             };
-            s.heap.add_chunk(to, c.base, c.size);
+            if s.heap.add_chunk(to, c.base, c.size).is_err() {
+                // Reserved above, under this lock: not reached; the chunk is not lost.
+                let _ = self.shared_deallocate(DevicePtr(c.base), c.size as usize, on);
+                continue;
+            }
             // Wholly free until used: spare for the next grower meanwhile.
             s.push_spare(c.base, on);
         }
@@ -192,6 +206,10 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
             requested: bytes,
             available: None,
         };
+        // Records first, so that the chunk taken is always recorded.
+        s.heap
+            .reserve_records(2)
+            .map_err(|full| MrError::records_full(NAME, bytes, full))?;
         let live = s.heap.live_bytes().saturating_add(size);
         let chunk = grow_chunk(size, live).ok_or_else(oom)?;
         let n = usize::try_from(chunk).map_err(|_| oom())?;
@@ -223,7 +241,17 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
         };
         let mut s = self.lock(mine);
         let slot = s.heap.slot(stream);
-        s.heap.add_chunk(slot, c.0, chunk);
+        // Another thread on this shard may have used the records reserved before the lock
+        // was let go.
+        if let Err(full) = s
+            .heap
+            .reserve_records(2)
+            .and_then(|()| s.heap.add_chunk(slot, c.0, chunk))
+        {
+            drop(s);
+            let _ = self.shared_deallocate(c, chunk as usize, stream);
+            return Err(MrError::records_full(NAME, bytes, full));
+        }
         Self::allocate_in(&mut s, slot, size, bytes).ok_or_else(oom)
     }
 

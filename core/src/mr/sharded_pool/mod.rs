@@ -423,6 +423,11 @@ impl<Up: DeviceMemoryResource> DeviceMemoryResource for ShardedPoolResource<Up> 
                 return Ok(p);
             }
             s.full = true;
+            // The fast path finds no block also when the block slab cannot grow: then no
+            // path below can record one either, and the host's refusal is the answer.
+            s.heap
+                .reserve_records(2)
+                .map_err(|full| MrError::records_full(NAME, b, full))?;
             if let Some(p) = self.take_other_streams_block(&mut s, size, b, stream)? {
                 return Ok(p);
             }

@@ -388,8 +388,8 @@ mod tests {
         let stream = StreamId::DEFAULT;
         let mut s = Shard::default();
         let slot = s.heap.slot(stream);
-        s.heap.add_chunk(slot, MIB, MIB);
-        s.heap.add_chunk(slot, 4 * MIB, MIB);
+        s.heap.add_chunk(slot, MIB, MIB).unwrap();
+        s.heap.add_chunk(slot, 4 * MIB, MIB).unwrap();
         let cycle = |s: &mut Shard| {
             let p = s.heap.allocate(slot, 4096, 4096).unwrap();
             let (_, whole) = s.heap.deallocate_in_chunk(p, 4096, slot).unwrap();

@@ -265,7 +265,7 @@ mod tests {
         let slots: Vec<usize> = streams.iter().map(|&s| h.slot(s)).collect();
         assert_eq!(slots, (0..MAX_SLOTS).collect::<Vec<_>>());
         // Slot 0 holds a free block; slot 1 none; slot 2 the only other free block.
-        h.add_chunk(0, 1 << 20, 8 * GRANULE);
+        h.add_chunk(0, 1 << 20, 8 * GRANULE).unwrap();
         let a = h.allocate(0, 4 * GRANULE, 1).unwrap();
         let b = h.allocate(0, 4 * GRANULE, 1).unwrap();
         h.deallocate(a, 1, 0).unwrap();
@@ -285,7 +285,7 @@ mod tests {
     fn past_the_slot_limit_with_every_slot_holding_free_blocks_one_goes_to_quarantine() {
         let mut h = CoalescingHeap::default();
         let s0 = h.slot(StreamId(0));
-        h.add_chunk(s0, 1 << 20, 8 * GRANULE);
+        h.add_chunk(s0, 1 << 20, 8 * GRANULE).unwrap();
         let held: Vec<u64> = (0..MAX_SLOTS)
             .map(|_| h.allocate(0, GRANULE, 1).unwrap())
             .collect();
@@ -336,7 +336,7 @@ mod tests {
             ..CoalescingHeap::default()
         };
         let s0 = h.slot(StreamId(0));
-        h.add_chunk(s0, 1 << 20, 16 * GRANULE);
+        h.add_chunk(s0, 1 << 20, 16 * GRANULE).unwrap();
         let held: Vec<u64> = (0..MAX_SLOTS)
             .map(|_| h.allocate_wild(s0, GRANULE, 1).unwrap())
             .collect();
