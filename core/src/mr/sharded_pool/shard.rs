@@ -208,14 +208,14 @@ impl Shard {
         out
     }
 
-    /// Records every wholly free chunk as spare after an adoption merged another stream's
-    /// blocks into `stream`'s lists: a chunk made whole so is otherwise unknown to growth
-    /// until `release`.
+    /// Records every wholly free chunk as spare after the streams' free blocks were merged
+    /// into `stream`'s lists (a coalescing): a chunk made whole so is otherwise unknown to
+    /// growth until `release`.
     ///
     /// # Time complexity
     ///
-    /// O(chunks), after an adoption's event and O(free blocks).
-    pub(super) fn note_adopted(&mut self, stream: StreamId) {
+    /// O(chunks), after a context synchronize and O(free blocks).
+    pub(super) fn note_whole_chunks(&mut self, stream: StreamId) {
         let bases: Vec<u64> = self
             .heap
             .chunks()

@@ -3,6 +3,7 @@
 //! quarantine. Moving a stream's free blocks to another (`adopt`, `unify`) is here too.
 
 use crate::driver::StreamId;
+use crate::mr::detail::record::NIL;
 use crate::mr::detail::tlsf::TlsfIndex;
 
 use super::{
@@ -174,6 +175,16 @@ impl CoalescingHeap {
     ///
     /// O(free blocks of `from`).
     pub(crate) fn adopt(&mut self, to: usize, from: usize) {
+        self.adopt_noting(to, from, |_| {});
+    }
+
+    /// [`CoalescingHeap::adopt`], calling `whole` with the base of each chunk the merges
+    /// leave wholly free (one free block as large as the chunk), once each.
+    ///
+    /// # Time complexity
+    ///
+    /// O(free blocks of `from`).
+    pub(crate) fn adopt_noting(&mut self, to: usize, from: usize, mut whole: impl FnMut(u64)) {
         if self
             .wilderness_block
             .is_some_and(|w| usize::from(self.slab.get(w).owner) == from)
@@ -186,7 +197,12 @@ impl CoalescingHeap {
             .collect(self.slab.records(), &mut moved);
         for i in moved {
             self.lists[from].index.remove(&mut self.slab.view(), i);
-            let _ = self.file_free(to, i);
+            let merged = self.file_free(to, i);
+            // A block with no physical neighbour is its whole chunk: it merges no further.
+            let b = self.slab.get(merged);
+            if b.prev_phys == NIL && b.next_phys == NIL {
+                whole(b.addr);
+            }
         }
     }
 
