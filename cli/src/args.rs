@@ -251,20 +251,28 @@ pub struct BenchArgs {
     /// stream) [default: both]
     #[arg(long, value_name = "LIST", value_delimiter = ',', value_enum)]
     pub streams: Option<Vec<Streams>>,
-    /// With --threads: operations per thread in a timed round, at least (each thread replays
-    /// its list to reach it)
-    #[arg(long, value_name = "N", default_value_t = 1_000_000)]
-    pub round_ops: usize,
+    /// With --threads or --report: operations per thread in a timed round, at least (each
+    /// thread replays its list to reach it) [default: 1000000; with --report 20000, so that
+    /// the many-threads section fits its time budget]
+    #[arg(long, value_name = "N")]
+    pub round_ops: Option<usize>,
     /// Instead, on a simulated node of each of LIST devices (e.g. 1,2,4,8,16, each 1 to 16)
     /// with every pair peer-enabled: virtual ns per op of one pass, where each cuMemAlloc
     /// pays peer registration
     #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..=16))]
     pub devices: Option<Vec<u32>>,
     /// Everything into DIR: one thread, many threads (--threads, default 1,2,4,8,16;
-    /// resources pool, sharded, arena), memory held against time (W1), cost against free
-    /// holes, peer registration (sim only): results.jsonl, report.md and SVG charts
+    /// resources pool, sharded, arena; 20000 operations per thread a round), memory held
+    /// against time (W1), cost against free holes, peer registration (sim only):
+    /// results.jsonl, report.md and SVG charts. The many-threads section keeps to a time
+    /// budget (--budget); report.md states the round size and budget and lists the cells
+    /// skipped
     #[arg(long, value_name = "DIR")]
     pub report: Option<PathBuf>,
+    /// With --report: seconds the report may run before its many-threads section starts
+    /// no more cells (those left are skipped and listed in report.md; 0: no budget)
+    #[arg(long, value_name = "SECONDS", default_value_t = 240)]
+    pub budget: u64,
     /// With --report: the many-threads section's resources (default pool, sharded, arena;
     /// the shared pool is slow by 16 threads, so name fewer where a run must fit a time
     /// limit)

@@ -13,6 +13,13 @@ use super::args::{BenchArgs, Streams};
 use super::progress::Bar;
 use super::{EXIT_CANNOT_RUN, EXIT_FAIL, EXIT_PASS};
 
+/// Operations per thread in a timed round of `--threads`, unless `--round-ops` says.
+pub(crate) const THREADS_ROUND_OPS: usize = 1_000_000;
+/// Operations per thread in a timed round of `--report`'s many threads, unless `--round-ops`
+/// says: 90 cells of up to 16 threads, five rounds each, at a million a round ran past 570 s
+/// on a 16-core host; at this size the whole report runs in minutes on two cores.
+pub(crate) const REPORT_ROUND_OPS: usize = 20_000;
+
 /// The parsed command line.
 #[derive(Clone)]
 pub(crate) struct Plan {
@@ -27,6 +34,8 @@ pub(crate) struct Plan {
     pub(crate) report: Option<std::path::PathBuf>,
     pub(crate) peers: Vec<std::path::PathBuf>,
     pub(crate) round_ops: usize,
+    /// `--budget`: the report's time budget for starting many-threads cells (`None`: none).
+    pub(crate) budget: Option<std::time::Duration>,
     /// `--threads-resource`: the report's many-threads resources, when given.
     pub(crate) threads_resources: Option<Vec<String>>,
     pub(crate) json: bool,
@@ -37,6 +46,11 @@ pub(crate) struct Plan {
 /// The plan of the command line `a`; `quiet` shows no progress.
 pub(crate) fn parse(a: BenchArgs, quiet: bool) -> Plan {
     let resources_given = a.resource.is_some();
+    let round_ops = a.round_ops.unwrap_or(if a.report.is_some() {
+        REPORT_ROUND_OPS
+    } else {
+        THREADS_ROUND_OPS
+    });
     let all = || NAMED_RESOURCES.iter().map(|(n, _)| n.to_string()).collect();
     let resources = a.resource.unwrap_or_else(all);
     let names = a
@@ -58,7 +72,8 @@ pub(crate) fn parse(a: BenchArgs, quiet: bool) -> Plan {
         devices: a.devices,
         report: a.report,
         peers: a.peers,
-        round_ops: a.round_ops,
+        round_ops,
+        budget: (a.budget > 0).then(|| std::time::Duration::from_secs(a.budget)),
         threads_resources: a.threads_resource,
         json: a.json,
         quiet,

@@ -23,6 +23,10 @@ pub struct Collected {
     pub single: Vec<BenchResult>,
     /// Many threads.
     pub threads: Vec<ThreadsResult>,
+    /// How the many-threads section ran: its round size and time budget, in a sentence.
+    pub threads_plan: String,
+    /// The many-threads cells the time budget left out.
+    pub threads_skipped: Vec<String>,
     /// Held against time.
     pub timelines: Vec<Timeline>,
     /// (resource, holes, ns per op).
@@ -230,8 +234,13 @@ impl Collected {
             }
             md.push('\n');
         }
-        if !self.threads.is_empty() {
-            md += "## Many threads\n\nDriver calls and chunk moves (between a thread's cache and the shared pool or another thread's cache) per 1 000 operations of the timed rounds; `-` where not counted.\n\n| resource | workload | stream | threads | ops/s | × 1 thread | held/peak live | driver calls / 1 000 ops | chunk moves / 1 000 ops |\n|---|---|---|---:|---:|---:|---:|---:|---:|\n";
+        if !self.threads.is_empty() || !self.threads_skipped.is_empty() {
+            md += "## Many threads\n\n";
+            if !self.threads_plan.is_empty() {
+                md += &self.threads_plan;
+                md += "\n\n";
+            }
+            md += "Driver calls and chunk moves (between a thread's cache and the shared pool or another thread's cache) per 1 000 operations of the timed rounds; `-` where not counted.\n\n| resource | workload | stream | threads | ops/s | × 1 thread | held/peak live | driver calls / 1 000 ops | chunk moves / 1 000 ops |\n|---|---|---|---:|---:|---:|---:|---:|---:|\n";
             for r in &self.threads {
                 let base = self
                     .threads
@@ -259,6 +268,14 @@ impl Collected {
                 );
             }
             md.push('\n');
+            if !self.threads_skipped.is_empty() {
+                let _ = writeln!(
+                    md,
+                    "Skipped when the time budget ran out ({}): {}.\n",
+                    self.threads_skipped.len(),
+                    self.threads_skipped.join(", ")
+                );
+            }
         }
         if !self.holes.is_empty() {
             md += "## Cost against free holes\n\n| resource | holes | ns/op |\n|---|---:|---:|\n";
@@ -346,6 +363,8 @@ mod tests {
             device: "sim test".into(),
             single: vec![single],
             threads: vec![threads(1, 1e6), threads(2, 1.9e6)],
+            threads_plan: "20000 operations per thread in each timed round.".into(),
+            threads_skipped: vec!["arena W3 by 16 threads (own streams)".into()],
             timelines: vec![Timeline {
                 resource: "pool".into(),
                 workload: "W1".into(),
@@ -375,6 +394,13 @@ mod tests {
         let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
         assert!(
             md.contains("| sharded | W1 | own | 2 | 1900000 | 1.90 | 1.200 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("20000 operations per thread")
+                && md.contains(
+                    "Skipped when the time budget ran out (1): arena W3 by 16 threads (own streams)."
+                ),
             "{md}"
         );
         let bars = std::fs::read_to_string(dir.join("ns_per_op.svg")).unwrap();

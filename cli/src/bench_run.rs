@@ -47,6 +47,7 @@ fn threads_plan(plan: &Plan, threads: &[usize], named: bool) -> ThreadsPlan {
         shared: plan.shared.clone(),
         passes: plan.passes,
         round_ops: plan.round_ops,
+        deadline: None,
     }
 }
 
@@ -70,7 +71,7 @@ pub(crate) fn threads(plan: &Plan, cuda: &Option<Arc<dyn Driver>>, threads: &[us
     let each =
         |r: &emm_bench::threads::ThreadsResult| threads_mode::print(r, &plan.backend, plan.json);
     match threads_mode::run(&tp, &|| make_driver(cuda), &bar, each) {
-        Ok((_, failed)) => exit(failed),
+        Ok(run) => exit(run.failed),
         Err(e) => {
             eprintln!("emm bench: {e}");
             EXIT_CANNOT_RUN
@@ -174,10 +175,24 @@ fn collect(
         jsonl.push_str(&v.to_string());
         jsonl.push('\n');
     };
+    let started = std::time::Instant::now();
     let d = make_driver(cuda)?;
     c.device = format!("{} {}", plan.backend, device_name(&*d));
     let counts = plan.threads.clone().unwrap_or_else(|| vec![1, 2, 4, 8, 16]);
-    let tp = report_threads_plan(plan, &counts);
+    let mut tp = report_threads_plan(plan, &counts);
+    tp.deadline = plan.budget.map(|b| started + b);
+    c.threads_plan = format!(
+        "{} operations per thread in each timed round (--round-ops), {} timed rounds; {}.",
+        plan.round_ops,
+        plan.passes,
+        match plan.budget {
+            Some(b) => format!(
+                "no cell starts once the report has run {} s (--budget)",
+                b.as_secs()
+            ),
+            None => "no time budget (--budget 0)".to_string(),
+        }
+    );
     let w1 = emm_core::workloads::w1();
     let devices = plan.devices.clone().unwrap_or_else(|| vec![1, 2, 4, 8, 16]);
     let mut peers_plan = Plan {
@@ -217,10 +232,15 @@ fn collect(
     c.single = single;
     bar.note("==> many threads");
     bar.out(threads_mode::header);
-    let (th, f) = threads_mode::run(&tp, &|| make_driver(cuda), &bar, |r| {
+    let run = threads_mode::run(&tp, &|| make_driver(cuda), &bar, |r| {
         threads_mode::print(r, &plan.backend, false)
     })?;
-    failed |= f;
+    failed |= run.failed;
+    let th = run.results;
+    for cell in &run.skipped {
+        line(serde_json::json!({"kind": "threads_skipped", "cell": cell}));
+    }
+    c.threads_skipped = run.skipped;
     for r in &th {
         let mut v: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap_or_default();
         v["kind"] = "threads".into();
@@ -301,6 +321,27 @@ mod tests {
             Ok(Commands::Bench(a)) => parse(a, true),
             other => panic!("{args}: {other:?}"),
         }
+    }
+
+    #[test]
+    fn the_report_runs_smaller_rounds_within_a_budget_unless_told_otherwise() {
+        let p = plan("--report out");
+        assert_eq!(p.round_ops, crate::bench::REPORT_ROUND_OPS);
+        assert_eq!(p.budget, Some(std::time::Duration::from_secs(240)));
+        let p = plan("--report out --round-ops 1000000 --budget 0");
+        assert_eq!((p.round_ops, p.budget), (1_000_000, None));
+        let p = plan("--threads 1,2");
+        assert_eq!(p.round_ops, crate::bench::THREADS_ROUND_OPS);
+        // Past the deadline, no cell starts (and no driver is made): each is listed.
+        let mut tp =
+            report_threads_plan(&plan("--report out --workload W1 --streams own"), &[1, 16]);
+        tp.deadline = Some(std::time::Instant::now());
+        let bar = crate::progress::Bar::new(tp.cells() as u64, "cells", true);
+        let run = crate::bench_threads::run(&tp, &|| Err("no driver".into()), &bar, |_| {})
+            .expect("nothing runs");
+        assert!(run.results.is_empty() && !run.failed);
+        assert_eq!(run.skipped.len(), 6, "{:?}", run.skipped);
+        assert_eq!(run.skipped[0], "pool W1 by 1 threads (own streams)");
     }
 
     #[test]

@@ -27,6 +27,21 @@ pub struct ThreadsPlan {
     pub passes: usize,
     /// Operations per thread in a timed round, at least (the list is replayed to reach it).
     pub round_ops: usize,
+    /// No cell starts after this instant: those left are skipped (the report's budget).
+    pub deadline: Option<std::time::Instant>,
+}
+
+/// What [`run`] did: the results, whether a cell failed, and the cells skipped for the
+/// deadline.
+#[derive(Debug, Default)]
+pub struct ThreadsRun {
+    /// One result a cell run.
+    pub results: Vec<ThreadsResult>,
+    /// Whether a cell failed.
+    pub failed: bool,
+    /// The cells not started because the deadline had passed, as `resource W by n threads
+    /// (stream)`.
+    pub skipped: Vec<String>,
 }
 
 impl ThreadsPlan {
@@ -99,21 +114,31 @@ pub fn header() {
 /// Runs the plan; `driver` makes the driver of each cell (a fresh simulated GPU, or the one
 /// real GPU). Cells whose peak live memory would pass 60 % of the device are skipped with a
 /// note on stderr (W2 by 16 threads needs 72 GB live). Returns the results and whether a cell
-/// failed. `bar` steps once a cell.
+/// failed, and the cells skipped once the plan's deadline passed. `bar` steps once a cell.
 pub fn run(
     plan: &ThreadsPlan,
     driver: &dyn Fn() -> Result<Arc<dyn Driver>, String>,
     bar: &Bar,
     mut each: impl FnMut(&ThreadsResult),
-) -> Result<(Vec<ThreadsResult>, bool), String> {
+) -> Result<ThreadsRun, String> {
     let mut out = Vec::new();
     let mut failed = false;
+    let mut skipped = Vec::new();
     for w in &plan.workloads {
         let peak = w.summary().peak_live_bytes;
         for r in &plan.resources {
             for &shared in &plan.shared {
                 for &n in &plan.threads {
                     let cell = format!("{r} {} by {n} threads", w.name);
+                    if plan
+                        .deadline
+                        .is_some_and(|d| std::time::Instant::now() >= d)
+                    {
+                        let stream = if shared { "shared" } else { "own" };
+                        skipped.push(format!("{cell} ({stream} streams)"));
+                        bar.step(cell);
+                        continue;
+                    }
                     bar.message(&cell);
                     let d = driver()?;
                     let total = d.mem_get_info().map(|m| m.total).unwrap_or(u64::MAX);
@@ -153,5 +178,15 @@ pub fn run(
             }
         }
     }
-    Ok((out, failed))
+    if !skipped.is_empty() {
+        bar.error(&format!(
+            "emm bench: the time budget ran out: {} many-threads cells skipped",
+            skipped.len()
+        ));
+    }
+    Ok(ThreadsRun {
+        results: out,
+        failed,
+        skipped,
+    })
 }

@@ -139,6 +139,11 @@ impl<Up: DeviceMemoryResource> ArenaResource<Up> {
         bytes: u64,
         stream: StreamId,
     ) -> MrResult<DevicePtr> {
+        // The fast path finds no block also when the block slab cannot grow: then nothing
+        // below can record one either, and the host's refusal is the answer.
+        a.heap
+            .reserve_records(2)
+            .map_err(|full| MrError::records_full(NAME, bytes, full))?;
         let slot = a.heap.slot(stream);
         if let Some(other) = a.heap.find_elsewhere(slot, size) {
             let source = a.heap.stream_of(other);
@@ -154,7 +159,11 @@ impl<Up: DeviceMemoryResource> ArenaResource<Up> {
         }
         // Superblocks come from the global arena, usable on `stream` at once.
         let sb = self.global_allocate(SUPERBLOCK as usize, stream)?;
-        a.heap.add_chunk(slot, sb.0, SUPERBLOCK);
+        // Reserved above, under this arena's lock.
+        if let Err(full) = a.heap.add_chunk(slot, sb.0, SUPERBLOCK) {
+            let _ = self.global_deallocate(sb, SUPERBLOCK as usize, stream);
+            return Err(MrError::records_full(NAME, bytes, full));
+        }
         a.heap
             .allocate(slot, size, bytes)
             .map(DevicePtr)

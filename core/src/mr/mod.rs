@@ -81,6 +81,18 @@ pub enum MrError {
         /// Bytes the resource could still give, if known.
         available: Option<u64>,
     },
+    /// The host would not give the resource memory for its own records of blocks (an
+    /// address-space limit, strict overcommit accounting, or no host memory): the request was
+    /// refused and nothing changed; live blocks and the resource stay usable.
+    #[error("{resource}: out of host memory: allocating {} needs more block records, and {reason}; free device allocations (their records are reused), free host memory or raise the address-space limit (ulimit -v)", Bytes(*requested))]
+    HostOutOfMemory {
+        /// The resource that ran out.
+        resource: &'static str,
+        /// Bytes requested.
+        requested: u64,
+        /// What the host refused.
+        reason: String,
+    },
     /// The resource cannot align to `alignment`.
     #[error("{resource}: cannot align {} to {alignment} bytes (supports powers of two up to {max}); wrap it in AlignedAdaptor", Bytes(*requested))]
     UnsupportedAlignment {
@@ -122,9 +134,25 @@ impl MrError {
     /// True for [`MrError::OutOfMemory`] and for a driver out-of-memory error.
     pub fn is_out_of_memory(&self) -> bool {
         match self {
-            MrError::OutOfMemory { .. } => true,
+            MrError::OutOfMemory { .. } | MrError::HostOutOfMemory { .. } => true,
             MrError::Driver(e) => e.is_out_of_memory(),
             _ => false,
+        }
+    }
+}
+
+impl MrError {
+    /// [`MrError::HostOutOfMemory`] of `resource` for a request of `requested` bytes, whose
+    /// heap's block slab could not grow.
+    pub(crate) fn records_full(
+        resource: &'static str,
+        requested: u64,
+        full: detail::heap::SlabFull,
+    ) -> Self {
+        MrError::HostOutOfMemory {
+            resource,
+            requested,
+            reason: full.reason(),
         }
     }
 }

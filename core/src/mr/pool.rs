@@ -189,9 +189,15 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
                     .deallocate(p.0, size, slot)
                     .map_err(|e| invalid_free(p, size as usize, e))?;
             } else {
+                st.heap
+                    .reserve_records(1)
+                    .map_err(|full| MrError::records_full(NAME, size, full))?;
                 let base = pool.upstream_allocate(size, StreamId::DEFAULT)?;
                 let slot = st.heap.slot(StreamId::DEFAULT);
-                st.heap.add_chunk(slot, base.0, size);
+                if let Err(full) = st.heap.add_chunk(slot, base.0, size) {
+                    let _ = pool.give_back(base.0, size, StreamId::DEFAULT);
+                    return Err(MrError::records_full(NAME, size, full));
+                }
             }
         }
         Ok(pool)
@@ -433,6 +439,12 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
         bytes: u64,
         stream: StreamId,
     ) -> (MrResult<DevicePtr>, SpinGuard<'a, PoolState>) {
+        // The fast path finds no block also when the block slab cannot grow: then nothing
+        // below can record a block either, and the host's refusal is the answer. Two records
+        // serve any path below (a chunk and the split of the request from it).
+        if let Err(full) = st.heap.reserve_records(2) {
+            return (Err(MrError::records_full(NAME, bytes, full)), st);
+        }
         // Before any slot number is held: a sweep may give an empty slot to another stream.
         st.heap.sweep_slots_if_due();
         let slot = st.heap.slot(stream);
@@ -533,8 +545,18 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
             }
             Err(e) => return (Err(e), st),
         };
+        // Other threads may have used the records reserved before the lock was let go.
         let slot = st.heap.slot(stream);
-        st.heap.add_chunk(slot, got.0, chunk);
+        if let Err(full) = st
+            .heap
+            .reserve_records(2)
+            .and_then(|()| st.heap.add_chunk(slot, got.0, chunk))
+        {
+            // Not recorded: the chunk goes back, and the pool is as it was.
+            drop(st);
+            let _ = self.give_back(got.0, chunk, stream);
+            return (Err(MrError::records_full(NAME, bytes, full)), self.lock());
+        }
         let p = st
             .heap
             .allocate_with(OWN_CLASS, slot, size, bytes)

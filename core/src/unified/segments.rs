@@ -6,7 +6,7 @@ use crate::attribution::CallerScope;
 use crate::driver::{DevicePtr, MemInfo, StreamId};
 use crate::mr::cuda::driver_oom;
 use crate::mr::detail::growth::chunk_size;
-use crate::mr::Growth;
+use crate::mr::{Growth, MrError};
 use crate::unified::cache_state::{CacheState, PoolKey};
 use crate::unified::caching::{too_large, CachingManagedAllocator, NAME};
 use crate::unified::error::UnifiedError;
@@ -27,6 +27,12 @@ impl CachingManagedAllocator {
         stream: StreamId,
     ) -> Result<(DevicePtr, bool), UnifiedError> {
         let pi = st.pool(key);
+        // The fast path finds no block also when the block slab cannot grow: then nothing
+        // below can record one either, and the host's refusal is the answer.
+        st.pools[pi]
+            .heap
+            .reserve_records(2)
+            .map_err(|full| MrError::records_full(NAME, requested, full))?;
         let slot = st.pools[pi].heap.slot(stream);
         if let Some(other) = st.pools[pi].heap.find_elsewhere(slot, size) {
             let source = st.pools[pi].heap.stream_of(other);
@@ -72,7 +78,11 @@ impl CachingManagedAllocator {
         };
         let heap = &mut st.pools[pi].heap;
         let slot = heap.slot(stream);
-        heap.add_chunk(slot, base, segment);
+        if let Err(full) = heap.add_chunk(slot, base, segment) {
+            // Reserved above, under the same lock: not reached; the segment goes back whole.
+            let _ = self.driver.mem_free(DevicePtr(base));
+            return Err(MrError::records_full(NAME, requested, full).into());
+        }
         let p = heap
             .allocate(slot, size, requested)
             .ok_or_else(|| too_large(requested))?;

@@ -10,7 +10,7 @@ use emm_core::mr::{
     Backing, CudaResource, DeviceMemoryResource, PoolOptions, PoolResource, ShardedPoolResource,
 };
 use emm_core::workloads::Workload;
-use emm_core::{DeviceId, Driver, StreamId};
+use emm_core::{DeviceId, DevicePtr, Driver, StreamId};
 use emm_sim::{CallKind, SimConfig, SimDriver, GIB, MIB};
 
 type Sharded = ShardedPoolResource<CudaResource<SimDriver>>;
@@ -565,4 +565,47 @@ fn a_growth_that_gives_chunks_back_takes_the_shared_pools_lock_once() {
     assert!(held <= 69 * MIB, "gave back what it did not keep: {held}");
     assert!(g.device_memory_used(DeviceId(0)) <= 69 * MIB);
     r.deallocate(p, 64 << 20, StreamId::DEFAULT).unwrap();
+}
+
+/// Twenty thousand streams in turn, each freeing the block the one before allocated (its first
+/// use is a free) and allocating a larger one: the shard keeps lists for a bounded number of
+/// streams (as `PoolResource` does), and each new stream costs what the one before did — an
+/// adoption looks only at the blocks it moves, not at every chunk of the shard.
+#[test]
+fn per_stream_state_is_bounded_when_each_stream_frees_the_last_ones_block() {
+    let g = Arc::new(
+        SimDriver::new(
+            SimConfig::new(7)
+                .memory_per_device(8 * GIB)
+                .track_races(false)
+                .record_trace(false),
+        )
+        .expect("config"),
+    );
+    let p = sharded(&g, 1);
+    let first = g.stream_create(false).unwrap();
+    let mut prev: (StreamId, DevicePtr, usize) = (first, p.allocate(1000, first).unwrap(), 1000);
+    let mut most = 0;
+    let start = std::time::Instant::now();
+    for k in 1..20_000usize {
+        let s = g.stream_create(false).unwrap();
+        let (was, ptr, n) = prev;
+        p.deallocate(ptr, n, s).unwrap();
+        g.stream_destroy(was).unwrap();
+        let n = 1000 + (k % 5000) * 256;
+        prev = (s, p.allocate(n, s).unwrap(), n);
+        most = most.max(p.stream_lists());
+    }
+    let took = start.elapsed();
+    assert!(most <= 160, "{most} streams' lists kept at once");
+    let (held, live) = p.shard_bytes();
+    assert!(
+        live < 2 * MIB && held <= 96 * MIB,
+        "held {held}, live {live}"
+    );
+    let (_, ptr, n) = prev;
+    p.deallocate(ptr, n, prev.0).unwrap();
+    p.release().unwrap();
+    // Generous for a debug build on a loaded machine: the quadratic cost took 10 s here.
+    assert!(took.as_secs_f64() < 8.0, "{took:?} for 20 000 streams");
 }

@@ -3,7 +3,28 @@
 //! storage, below the free-list index (see [`super`]).
 
 use super::record::{Block, NIL, SCRATCH, SCRATCH_NUMBER, SENTINEL, STEP};
-use super::record_space::{RecordSpace, SpaceMut, SpaceRef};
+use super::record_space::{RecordSpace, SpaceFull, SpaceMut, SpaceRef};
+
+/// The slab could not grow for one more record: the host would not give it the bytes
+/// ([`SpaceFull`]). Nothing changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SlabFull {
+    /// Records the slab holds.
+    pub(crate) records: usize,
+    /// Bytes of records it asked the host for, all together.
+    pub(crate) bytes: usize,
+}
+
+impl SlabFull {
+    /// What went wrong, for an error message.
+    pub(crate) fn reason(self) -> String {
+        format!(
+            "the host refused the {} its block records would take ({} records held)",
+            crate::units::Bytes(self.bytes as u64),
+            self.records
+        )
+    }
+}
 
 /// A slab of [`Block`] records; number [`NIL`] is the sentinel.
 ///
@@ -24,10 +45,14 @@ pub(crate) struct BlockSlab {
 impl Default for BlockSlab {
     fn default() -> Self {
         let mut space = RecordSpace::new();
-        space.grow(1, SENTINEL);
-        space.grow(2, SCRATCH);
+        // 16 records lie in the first mapping (64 KiB), which `RecordSpace::new` made.
+        let first = space
+            .grow(1, SENTINEL)
+            .and_then(|()| space.grow(2, SCRATCH));
         let mut slab = BlockSlab { space, vacant: NIL };
-        slab.grow();
+        if first.is_err() || slab.grow().is_err() {
+            unreachable!("the first 16 records lie in the space's first mapping");
+        }
         slab
     }
 }
@@ -35,27 +60,63 @@ impl Default for BlockSlab {
 impl BlockSlab {
     /// Makes sure one record is vacant, so that the next [`Blocks::insert`] has one.
     ///
+    /// # Errors
+    ///
+    /// [`SlabFull`] when none is and the slab cannot grow; nothing changed.
+    ///
     /// # Time complexity
     ///
     /// O(1) amortized: the slab doubles when full.
     #[inline]
-    pub(crate) fn reserve(&mut self) {
+    pub(crate) fn reserve(&mut self) -> Result<(), SlabFull> {
         if self.vacant == NIL {
-            self.grow();
+            return self.grow();
         }
+        Ok(())
+    }
+
+    /// Makes sure `n` records are vacant, so that the next `n` inserts need no growth (for
+    /// the slow paths, before they take memory that must then be recorded).
+    ///
+    /// # Errors
+    ///
+    /// [`SlabFull`] when the slab cannot grow to hold them; nothing changed.
+    ///
+    /// # Time complexity
+    ///
+    /// O(n) plus a growth, amortized O(1) a record.
+    pub(crate) fn reserve_n(&mut self, n: usize) -> Result<(), SlabFull> {
+        let records = self.records();
+        let mut have = 0;
+        let mut i = self.vacant;
+        while i != NIL && have < n {
+            have += 1;
+            i = records[i].next_free;
+        }
+        while have < n {
+            let before = self.space.len();
+            self.grow()?;
+            have += self.space.len() - before;
+        }
+        Ok(())
     }
 
     #[cold]
-    fn grow(&mut self) {
+    fn grow(&mut self) -> Result<(), SlabFull> {
         let old = self.space.len();
         // The slab stays below 2^27 records (4 GiB of them): each block is at least one
         // granule of device memory, and 2^27 of them would be 32 GiB in blocks of 256 bytes.
         let new = (old * 2).max(16);
-        assert!(
-            (new - 1) << STEP <= u32::MAX as usize,
-            "block slab past 2^27 records"
-        );
-        self.space.grow(new, SENTINEL);
+        let full = |bytes| SlabFull {
+            records: old,
+            bytes,
+        };
+        if (new - 1) << STEP > u32::MAX as usize {
+            return Err(full(new * std::mem::size_of::<Block>()));
+        }
+        self.space
+            .grow(new, SENTINEL)
+            .map_err(|SpaceFull { bytes }| full(bytes))?;
         // Chain the new records, lowest first.
         let mut view = self.space.view();
         for i in (old..new).rev() {
@@ -63,17 +124,22 @@ impl BlockSlab {
             view.get_mut(n).next_free = self.vacant;
             self.vacant = n;
         }
+        Ok(())
     }
 
     /// Stores `block` in a vacant record, growing the slab if none is.
+    ///
+    /// # Errors
+    ///
+    /// [`SlabFull`] when none is vacant and the slab cannot grow; nothing changed.
     ///
     /// # Time complexity
     ///
     /// O(1) amortized.
     #[inline]
-    pub(crate) fn insert(&mut self, block: Block) -> u32 {
-        self.reserve();
-        self.view().insert(block)
+    pub(crate) fn insert(&mut self, block: Block) -> Result<u32, SlabFull> {
+        self.reserve()?;
+        Ok(self.view().insert(block))
     }
 
     /// Marks record `i` vacant.
@@ -115,7 +181,7 @@ impl BlockSlab {
     pub(crate) fn of(records: &[Block]) -> Self {
         let mut slab = BlockSlab::default();
         for &b in records {
-            slab.insert(b);
+            slab.insert(b).unwrap();
         }
         slab
     }
@@ -220,7 +286,9 @@ mod tests {
     #[test]
     fn the_slab_stays_a_power_of_two_and_reuses_vacant_records() {
         let mut slab = BlockSlab::default();
-        let ids: Vec<u32> = (1..=100u32).map(|k| slab.insert(sized(k))).collect();
+        let ids: Vec<u32> = (1..=100u32)
+            .map(|k| slab.insert(sized(k)).unwrap())
+            .collect();
         // Index 0 is the sentinel, 1 the scratch record; records are handed out lowest first.
         assert_eq!(ids, (1..=100).map(number).collect::<Vec<_>>());
         assert!(slab.space.len().is_power_of_two() && slab.space.len() > 100);
@@ -230,15 +298,15 @@ mod tests {
         // A removed record is the next one handed out; the others keep their contents.
         slab.remove(number(40));
         slab.remove(number(7));
-        assert_eq!(slab.insert(sized(1000)), number(7));
-        assert_eq!(slab.insert(sized(1001)), number(40));
+        assert_eq!(slab.insert(sized(1000)).unwrap(), number(7));
+        assert_eq!(slab.insert(sized(1001)).unwrap(), number(40));
         assert_eq!({ slab.get(number(8)).units }, 8);
         assert_eq!({ slab.records()[number(40)].units }, 1001);
         assert_eq!(slab.records()[number(40)].size(), 1001 * 256);
         let len = slab.space.len();
         // Growing keeps every record where it was.
         while slab.space.len() == len {
-            slab.insert(sized(1));
+            slab.insert(sized(1)).unwrap();
         }
         assert!(slab.space.len() == 2 * len);
         assert_eq!(
@@ -251,7 +319,7 @@ mod tests {
     #[test]
     fn a_view_reads_and_writes_the_records_it_numbers() {
         let mut slab = BlockSlab::of(&[sized(1), sized(2)]);
-        slab.reserve();
+        slab.reserve().unwrap();
         let mut blocks = slab.view();
         blocks[number(2)].next_phys = number(1);
         let k = blocks.insert(sized(3));
@@ -262,7 +330,7 @@ mod tests {
             (number(1), 512)
         );
         assert_eq!(
-            slab.insert(sized(4)),
+            slab.insert(sized(4)).unwrap(),
             number(1),
             "the view's removal is the slab's"
         );

@@ -55,11 +55,12 @@ impl CoalescingHeap {
     }
 
     /// Splits block `i` at `at` (inside it): `i` keeps the lower part, and the record of the
-    /// upper part, of the same owner and in no list, is returned.
+    /// upper part, of the same owner and in no list, is returned. A record is vacant: the
+    /// caller reserved it ([`CoalescingHeap::reserve_records`]).
     fn split_at(&mut self, i: u32, at: u64) -> u32 {
         let b = *self.slab.get(i);
         debug_assert!(at > b.addr && at < b.addr + b.size());
-        let upper = self.slab.insert(Block {
+        let upper = self.slab.view().insert(Block {
             addr: at,
             units: Block::units_of(b.addr + b.size() - at),
             prev_phys: i,
@@ -130,7 +131,7 @@ impl Holes {
     /// Takes `lo..hi` (granule multiples inside it) out of the free block `run` found by
     /// [`CoalescingHeap::free_runs`] as a hole; the parts below and above stay free in the same
     /// slot (the part above as the wilderness when it is last). The caller has made sure no
-    /// other carve changed the block since.
+    /// other carve changed the block since, and reserved two records.
     ///
     /// # Time complexity
     ///
@@ -188,8 +189,8 @@ impl Holes {
     }
 
     /// Makes `lo..hi` (granule multiples inside one hole) free in `slot` again, merged with
-    /// `slot`'s free neighbours: the caller has mapped it. Returns false, changing nothing,
-    /// when no hole holds the range.
+    /// `slot`'s free neighbours: the caller has mapped it and reserved two records. Returns
+    /// false, changing nothing, when no hole holds the range.
     ///
     /// # Time complexity
     ///

@@ -143,12 +143,18 @@ impl LiveIndex {
         None
     }
 
-    /// Doubles the buckets and rehashes every block into them.
+    /// Doubles the buckets and rehashes every block into them. Where the host refuses the
+    /// memory, the table stays as it is: its chains grow longer, and every operation stays
+    /// correct (the next insert tries again).
     #[cold]
     #[inline(never)]
     fn grow(&mut self, mut blocks: Blocks<'_>) {
-        let old = std::mem::take(&mut self.heads);
-        self.heads = vec![NIL; old.len() * 2];
+        let mut heads = Vec::new();
+        if heads.try_reserve_exact(self.heads.len() * 2).is_err() {
+            return;
+        }
+        heads.resize(self.heads.len() * 2, NIL);
+        let old = std::mem::replace(&mut self.heads, heads);
         self.shift -= 1;
         for mut j in old {
             while j != NIL {

@@ -36,6 +36,14 @@ const _: () =
 
 #[cfg(all(target_os = "linux", target_pointer_width = "64"))]
 pub(crate) use linux::{RecordSpace, SpaceMut, SpaceRef};
+
+/// A record space could not grow: the host would not give it `bytes` bytes of records (an
+/// address-space limit, strict overcommit accounting, or no memory). The space is as it was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SpaceFull {
+    /// The bytes of records it asked for, all together.
+    pub(crate) bytes: usize,
+}
 #[cfg(not(all(target_os = "linux", target_pointer_width = "64")))]
 pub(crate) use portable::{RecordSpace, SpaceMut, SpaceRef};
 
@@ -45,6 +53,7 @@ mod linux {
     use std::ptr::NonNull;
 
     use super::super::record::{Block, STEP};
+    use super::SpaceFull;
 
     /// Bytes from the first record to the end of the one numbered `u32::MAX`, rounded up to
     /// a page (pages are at most 64 KiB).
@@ -154,7 +163,12 @@ mod linux {
         }
 
         /// Makes the space `len` records long (not shorter than it is), the new ones `fill`.
-        pub(crate) fn grow(&mut self, len: usize, fill: Block) {
+        ///
+        /// # Errors
+        ///
+        /// [`SpaceFull`] when the kernel will not open or map the bytes (an address-space
+        /// limit, strict overcommit accounting): the space is as it was.
+        pub(crate) fn grow(&mut self, len: usize, fill: Block) -> Result<(), SpaceFull> {
             assert!(
                 len >= self.len && (len - 1) << STEP <= u32::MAX as usize,
                 "a record space grows, and holds the records of u32 numbers"
@@ -165,8 +179,8 @@ mod linux {
                 let open = bytes.next_power_of_two().clamp(1 << 16, SPACE_BYTES);
                 match self.mapping {
                     Mapping::Whole => unreachable!("a whole mapping is open to its end"),
-                    Mapping::Guarded => self.open_guarded(open),
-                    Mapping::Fitted => self.remap_fitted(open),
+                    Mapping::Guarded => self.open_guarded(open)?,
+                    Mapping::Fitted => self.remap_fitted(open)?,
                 }
                 self.open = open;
             }
@@ -179,11 +193,12 @@ mod linux {
                 }
             }
             self.len = len;
+            Ok(())
         }
 
         /// Opens the first `open` bytes of a guarded mapping.
         #[cold]
-        fn open_guarded(&mut self, open: usize) {
+        fn open_guarded(&mut self, open: usize) -> Result<(), SpaceFull> {
             #[allow(unsafe_code, reason = "mprotect has no std wrapper")]
             // SAFETY: the range lies inside this space's own mapping.
             let r = unsafe {
@@ -194,13 +209,14 @@ mod linux {
                 )
             };
             if r != 0 {
-                out_of_address_space(open);
+                return Err(SpaceFull { bytes: open });
             }
+            Ok(())
         }
 
         /// Remaps a fitted mapping to `open` bytes, where the kernel finds room for them.
         #[cold]
-        fn remap_fitted(&mut self, open: usize) {
+        fn remap_fitted(&mut self, open: usize) -> Result<(), SpaceFull> {
             #[allow(unsafe_code, reason = "mremap has no std wrapper")]
             // SAFETY: the space owns the `self.open` bytes at `base`; `&mut self` means no view
             // or record reference lives, so the records may move.
@@ -213,9 +229,11 @@ mod linux {
                 )
             };
             if p == libc::MAP_FAILED {
-                out_of_address_space(open);
+                // The old mapping is untouched: the space is as it was.
+                return Err(SpaceFull { bytes: open });
             }
             self.base = NonNull::new(p.cast::<Block>()).expect("mremap gave a non-null address");
+            Ok(())
         }
 
         /// A view to read and write records by number.
@@ -422,7 +440,7 @@ mod linux {
         fn every_u32_number_names_bytes_of_the_space_and_none_of_its_records() {
             let mut space = RecordSpace::mapped(true);
             assert_eq!(space.open, SPACE_BYTES, "mapped readable at once here");
-            space.grow(16, sized(7));
+            space.grow(16, sized(7)).unwrap();
             for far in [16 << STEP, 1 << 20, u32::MAX - 3, u32::MAX] {
                 // Untouched pages read as zeros; a write lands there, not in the records.
                 assert_eq!(poke(&mut space, far, None), 0, "{far:#x}");
@@ -436,11 +454,11 @@ mod linux {
         fn a_whole_or_guarded_space_grows_in_place() {
             for open_first in [true, false] {
                 let mut space = RecordSpace::mapped(open_first);
-                space.grow(2, sized(1));
+                space.grow(2, sized(1)).unwrap();
                 let base = space.base;
                 for len in [4, 3000, 70_000] {
                     let old = space.len();
-                    space.grow(len, sized(len as u32));
+                    space.grow(len, sized(len as u32)).unwrap();
                     let mut view = space.view();
                     assert_eq!({ view.get((old << STEP) as u32).units }, len as u32);
                     view.get_mut(((len - 1) << STEP) as u32).next_phys = 5;
@@ -465,10 +483,10 @@ mod linux {
             let mut space = RecordSpace::fitted();
             assert_eq!(space.mapping, Mapping::Fitted);
             assert_eq!(space.mapped_bytes(), FITTED_FIRST_BYTES);
-            space.grow(2, sized(1));
+            space.grow(2, sized(1)).unwrap();
             for len in [2048, 2049, 70_000, 1 << 20] {
                 let old = space.len();
-                space.grow(len, sized(len as u32));
+                space.grow(len, sized(len as u32)).unwrap();
                 assert!(space.mapped_bytes() >= len * 32);
                 assert!(
                     space.mapped_bytes() <= (len * 32).next_power_of_two().max(1 << 16),
@@ -492,8 +510,8 @@ mod linux {
         #[should_panic(expected = "a record space grows")]
         fn a_space_never_shrinks() {
             let mut space = RecordSpace::new();
-            space.grow(8, SENTINEL);
-            space.grow(4, SENTINEL);
+            space.grow(8, SENTINEL).unwrap();
+            let _ = space.grow(4, SENTINEL);
         }
     }
 }
@@ -519,9 +537,16 @@ mod portable {
             self.records.len()
         }
 
-        pub(crate) fn grow(&mut self, len: usize, fill: Block) {
+        pub(crate) fn grow(&mut self, len: usize, fill: Block) -> Result<(), super::SpaceFull> {
             assert!(len.is_power_of_two() && len >= self.records.len());
+            let more = len - self.records.len();
+            self.records
+                .try_reserve_exact(more)
+                .map_err(|_| super::SpaceFull {
+                    bytes: len * std::mem::size_of::<Block>(),
+                })?;
             self.records.resize(len, fill);
+            Ok(())
         }
 
         #[inline(always)]

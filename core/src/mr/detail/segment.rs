@@ -15,7 +15,7 @@
 use crate::driver::{DeviceId, Driver, EventId, PhysHandle, StreamId};
 use crate::error::{CudaCode, DriverError, DriverResult};
 use crate::mr::detail::granules::{handle_bytes, GranuleMap, TrimPolicy};
-use crate::mr::detail::heap::CoalescingHeap;
+use crate::mr::detail::heap::{CoalescingHeap, SlabFull};
 use crate::mr::detail::heap_holes::Holes;
 use crate::mr::detail::segment_unmap::{Give, Pending};
 use crate::mr::detail::stream_order::StreamOrder;
@@ -80,6 +80,8 @@ pub(crate) enum GrowError {
     },
     /// The driver refused (out of memory, or another error).
     Driver(DriverError),
+    /// The heap's block slab could not grow to record the new memory; nothing was mapped.
+    Records(SlabFull),
 }
 
 impl ExpandableSegment {
@@ -170,16 +172,19 @@ impl ExpandableSegment {
         let bytes = self
             .fit_free(driver, bytes, lack)
             .map_err(GrowError::Driver)?;
+        // Records first (the end, and the split of the request from it), so that memory
+        // mapped is always recorded.
+        heap.reserve_records(2).map_err(GrowError::Records)?;
         let start = self.end;
         self.map_range(driver, start, bytes)
             .map_err(GrowError::Driver)?;
         self.end += bytes;
         if heap.chunks().is_empty() {
-            heap.add_chunk(slot, start, bytes);
+            heap.add_chunk(slot, start, bytes)
         } else {
-            heap.extend_chunk(slot, bytes);
+            heap.extend_chunk(slot, bytes)
         }
-        Ok(())
+        .map_err(GrowError::Records)
     }
 
     /// Bytes of the handles unmapped while serving this request, kept to be mapped again.
@@ -447,7 +452,7 @@ impl ExpandableSegment {
         let short = match &grown {
             Err(GrowError::Driver(e)) => e.is_out_of_memory(),
             Err(GrowError::NoRoom { .. }) => true,
-            Ok(()) => false,
+            Err(GrowError::Records(_)) | Ok(()) => false,
         };
         if short {
             if heap.coalesce_streams(stream, || driver.context_synchronize())? {
@@ -489,6 +494,7 @@ impl ExpandableSegment {
                 Err(oom(driver.mem_get_info().ok().map(|i| i.free)))
             }
             Err(GrowError::Driver(e)) => Err(MrError::Driver(e)),
+            Err(GrowError::Records(full)) => Err(MrError::records_full(resource, requested, full)),
         }
     }
 }

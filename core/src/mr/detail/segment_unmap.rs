@@ -148,6 +148,11 @@ impl ExpandableSegment {
             }
             cuts.sort_by_key(|c| c.0.slot);
             for same in cuts.chunk_by(|a, b| a.0.slot == b.0.slot) {
+                // Two records a carve at the most. Without them the memory stays mapped and
+                // free: held longer, nothing lost.
+                if heap.reserve_records(2 * same.len()).is_err() {
+                    continue;
+                }
                 let event = if synchronized {
                     None
                 } else {
@@ -417,6 +422,12 @@ impl ExpandableSegment {
         if w.cost > self.grow_bytes(heap, slot, size) && !anyway {
             return Ok(false);
         }
+        // Two records a range at the most (a fill splits a hole twice, or the end grows), and
+        // the split of the request: taken before any memory is mapped, so that what is mapped
+        // is recorded. Without them, growing at the end reports the host's refusal.
+        if heap.reserve_records(2 * w.ranges.len() + 1).is_err() {
+            return Ok(false);
+        }
         let g = self.granularity;
         let handles: u64 = w
             .ranges
@@ -439,7 +450,8 @@ impl ExpandableSegment {
         for &(lo, hi) in &w.ranges {
             if lo >= self.end {
                 debug_assert!(lo == self.end && hi.is_multiple_of(g));
-                heap.extend_chunk(slot, hi - lo);
+                let extended = heap.extend_chunk(slot, hi - lo);
+                debug_assert!(extended.is_ok(), "the records were reserved");
                 self.end = hi;
             } else {
                 let filled = self.more.holes.fill(heap, slot, lo, hi);

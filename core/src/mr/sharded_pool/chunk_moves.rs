@@ -8,7 +8,7 @@ use crate::mr::{DeviceMemoryResource, MrError, MrResult};
 use crate::sync::Ordering;
 
 use super::chunk_policy::{
-    band, grow_chunk, shard_chunk, steal_batch, Keep, Scan, HELD_BUDGET, SHARD_CHUNK,
+    band, grow_chunk, shard_chunk, steal_batch, Keep, Scan, HELD_BUDGET, SCATTERED_MIN, SHARD_CHUNK,
 };
 use super::shard::{Covered, Shard, ShardGuard, StolenChunks};
 use super::{ShardedPoolResource, NAME};
@@ -89,7 +89,51 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
         {
             return Ok(p);
         }
+        if let Some(p) = self.coalesce_if_scattered(&mut s, size, bytes, stream)? {
+            return Ok(p);
+        }
         self.take_chunk(mine, s, size, bytes, stream)
+    }
+
+    /// Before a shard takes another chunk: when it holds more free memory than live (and at
+    /// least [`SCATTERED_MIN`]) over several streams' lists, none of it fitting, merges every
+    /// stream's free blocks into `stream`'s after a context synchronize and serves the request
+    /// from them if it can. Blocks a stream freed in pieces that only merge with another
+    /// stream's (one stream freeing what the one before it allocated, over thousands of
+    /// streams) otherwise stay apart: each such stream kept its lists and the shard grew by a
+    /// chunk a stream, to the device's end (8 123 streams' lists at once over 20 000 streams,
+    /// against the pool's 63, which took the neighbouring block whole).
+    ///
+    /// # Time complexity
+    ///
+    /// O(streams seen) when it does nothing; else a context synchronize and O(free blocks +
+    /// chunks), once the shard's free memory has passed its live bytes and
+    /// [`SCATTERED_MIN`] again.
+    fn coalesce_if_scattered(
+        &self,
+        s: &mut ShardGuard<'_>,
+        size: u64,
+        bytes: u64,
+        stream: StreamId,
+    ) -> MrResult<Option<DevicePtr>> {
+        let live = s.heap.live_bytes();
+        let free = s.heap.free_bytes();
+        if free < SCATTERED_MIN.max(live).max(size) {
+            return Ok(None);
+        }
+        let driver = self.shared.driver();
+        let _ctx = ContextScope::enter(driver, self.context);
+        let merged = s.heap.coalesce_streams(stream, || {
+            let _scope = CallerScope::enter(NAME);
+            driver.context_synchronize()
+        })?;
+        if !merged {
+            return Ok(None);
+        }
+        s.note_whole_chunks(stream);
+        s.heap.sweep_slots_if_due();
+        let slot = s.heap.slot(stream);
+        Ok(Self::allocate_in(s, slot, size, bytes))
     }
 
     /// Whether the shared pool, giving a shard a chunk of `chunk` bytes now, would hold at
@@ -137,6 +181,16 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
         if s.heap.held() > target {
             self.trim(&mut s, target, u64::MAX);
         }
+        // A record for each chunk and one for the split: where the slab cannot grow, the
+        // chunks go to the shared pool instead (wholly free, on the streams they were freed
+        // on), and the host's refusal is the answer.
+        if let Err(full) = s.heap.reserve_records(stolen.chunks.len() + 1) {
+            drop(s);
+            for (c, from, _) in stolen.chunks {
+                let _ = self.shared_deallocate(DevicePtr(c.base), c.size as usize, from);
+            }
+            return Err(MrError::records_full(NAME, bytes, full));
+        }
         let slot = s.heap.slot(stream);
         let mut ordered: Vec<StreamId> = Vec::new();
         let mut first_err = None;
@@ -161,7 +215,11 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
             } else {
                 (s.heap.slot(from), from)
             };
-            s.heap.add_chunk(to, c.base, c.size);
+            if s.heap.add_chunk(to, c.base, c.size).is_err() {
+                // Reserved above, under this lock: not reached; the chunk is not lost.
+                let _ = self.shared_deallocate(DevicePtr(c.base), c.size as usize, on);
+                continue;
+            }
             // Wholly free until used: spare for the next grower meanwhile.
             s.push_spare(c.base, on);
         }
@@ -192,6 +250,10 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
             requested: bytes,
             available: None,
         };
+        // Records first, so that the chunk taken is always recorded.
+        s.heap
+            .reserve_records(2)
+            .map_err(|full| MrError::records_full(NAME, bytes, full))?;
         let live = s.heap.live_bytes().saturating_add(size);
         let chunk = grow_chunk(size, live).ok_or_else(oom)?;
         let n = usize::try_from(chunk).map_err(|_| oom())?;
@@ -223,7 +285,17 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
         };
         let mut s = self.lock(mine);
         let slot = s.heap.slot(stream);
-        s.heap.add_chunk(slot, c.0, chunk);
+        // Another thread on this shard may have used the records reserved before the lock
+        // was let go.
+        if let Err(full) = s
+            .heap
+            .reserve_records(2)
+            .and_then(|()| s.heap.add_chunk(slot, c.0, chunk))
+        {
+            drop(s);
+            let _ = self.shared_deallocate(c, chunk as usize, stream);
+            return Err(MrError::records_full(NAME, bytes, full));
+        }
         Self::allocate_in(&mut s, slot, size, bytes).ok_or_else(oom)
     }
 

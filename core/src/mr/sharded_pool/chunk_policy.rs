@@ -123,6 +123,11 @@ pub(super) const PEAK_WINDOW: u32 = 65_536;
 /// by 16 threads ran 71–127 M ops/s with 1.15 and 114–158 M with 1.20, held ≤ 1.200 × peak
 /// live, and moved about 3× fewer chunks. With 2.0 they held 1.42.
 pub(super) const HELD_BUDGET: f64 = 1.20;
+
+/// Free bytes a shard holds, beyond its live bytes, before a growth merges the free blocks of
+/// all its streams (after a context synchronize) instead of taking a chunk: enough that a
+/// program on a few streams never pays for the synchronize, small beside a device.
+pub(super) const SCATTERED_MIN: u64 = 32 << 20;
 /// Which of its chunks a shard keeps from a grower.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Keep {

@@ -184,6 +184,19 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
         })
     }
 
+    /// Number of streams whose free lists the shards keep, all shards together: at least
+    /// those holding free blocks in a shard, and, once a shard has gone through many streams,
+    /// about twice that at most (8 KiB each).
+    ///
+    /// # Time complexity
+    ///
+    /// O(shards): takes every shard's lock in turn.
+    pub fn stream_lists(&self) -> usize {
+        (0..self.shards.len())
+            .map(|k| self.lock_fast(k).heap.slot_count())
+            .sum()
+    }
+
     /// Gives `back` to the shared pool and takes `bytes` (none: 0) from it, under one lock of
     /// the shared pool: counted as one move.
     fn shared_exchange(
@@ -285,10 +298,13 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
             let _scope = CallerScope::enter(NAME);
             s.order.order(self.shared.driver(), source, stream)?;
         }
-        s.heap.adopt(slot, other);
         // Merging the two streams' blocks may have left chunks wholly free that no free
         // recorded: growth finds spare chunks only through the list.
-        s.note_adopted(stream);
+        let mut whole = Vec::new();
+        s.heap.adopt_noting(slot, other, |base| whole.push(base));
+        for base in whole {
+            s.push_spare(base, stream);
+        }
         Ok(Self::allocate_in(s, slot, size, bytes))
     }
 
@@ -336,7 +352,13 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
         let mut s = self.lock_fast(k);
         let slot = match s.heap.slot_of(stream) {
             Some(slot) => slot,
-            None if s.heap.is_live(ptr.0) => s.heap.slot(stream),
+            // A stream's lists are made on its first good free, so a bad one changes nothing;
+            // as on a new stream's first allocation, slots holding no free block are reused
+            // once the shard has gone through many streams.
+            None if s.heap.is_live(ptr.0) => {
+                s.heap.sweep_slots_if_due();
+                s.heap.slot(stream)
+            }
             None => return Err(FreeError::NotLive),
         };
         // The shard keeps what is freed: chunks go back only when memory is needed (`grow`).
@@ -423,6 +445,11 @@ impl<Up: DeviceMemoryResource> DeviceMemoryResource for ShardedPoolResource<Up> 
                 return Ok(p);
             }
             s.full = true;
+            // The fast path finds no block also when the block slab cannot grow: then no
+            // path below can record one either, and the host's refusal is the answer.
+            s.heap
+                .reserve_records(2)
+                .map_err(|full| MrError::records_full(NAME, b, full))?;
             if let Some(p) = self.take_other_streams_block(&mut s, size, b, stream)? {
                 return Ok(p);
             }

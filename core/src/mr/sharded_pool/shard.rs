@@ -208,14 +208,14 @@ impl Shard {
         out
     }
 
-    /// Records every wholly free chunk as spare after an adoption merged another stream's
-    /// blocks into `stream`'s lists: a chunk made whole so is otherwise unknown to growth
-    /// until `release`.
+    /// Records every wholly free chunk as spare after the streams' free blocks were merged
+    /// into `stream`'s lists (a coalescing): a chunk made whole so is otherwise unknown to
+    /// growth until `release`.
     ///
     /// # Time complexity
     ///
-    /// O(chunks), after an adoption's event and O(free blocks).
-    pub(super) fn note_adopted(&mut self, stream: StreamId) {
+    /// O(chunks), after a context synchronize and O(free blocks).
+    pub(super) fn note_whole_chunks(&mut self, stream: StreamId) {
         let bases: Vec<u64> = self
             .heap
             .chunks()
@@ -388,8 +388,8 @@ mod tests {
         let stream = StreamId::DEFAULT;
         let mut s = Shard::default();
         let slot = s.heap.slot(stream);
-        s.heap.add_chunk(slot, MIB, MIB);
-        s.heap.add_chunk(slot, 4 * MIB, MIB);
+        s.heap.add_chunk(slot, MIB, MIB).unwrap();
+        s.heap.add_chunk(slot, 4 * MIB, MIB).unwrap();
         let cycle = |s: &mut Shard| {
             let p = s.heap.allocate(slot, 4096, 4096).unwrap();
             let (_, whole) = s.heap.deallocate_in_chunk(p, 4096, slot).unwrap();

@@ -5,15 +5,21 @@ use crate::driver::StreamId;
 use crate::mr::detail::record::{Block, MAX_BLOCK, NIL};
 use crate::mr::detail::tlsf::GRANULE;
 
-use super::{Chunk, CoalescingHeap, QUARANTINE};
+use super::{Chunk, CoalescingHeap, SlabFull, QUARANTINE};
 
 impl CoalescingHeap {
     /// Adds an upstream chunk as one free block in `slot`'s lists.
     ///
+    /// # Errors
+    ///
+    /// [`SlabFull`] when no record is vacant and the slab cannot grow: the chunk was not
+    /// added, and the caller still owns it ([`CoalescingHeap::reserve_records`] first makes
+    /// sure it will be).
+    ///
     /// # Time complexity
     ///
     /// O(1) amortized.
-    pub(crate) fn add_chunk(&mut self, slot: usize, base: u64, size: u64) {
+    pub(crate) fn add_chunk(&mut self, slot: usize, base: u64, size: u64) -> Result<(), SlabFull> {
         // Its owner keeps chunks to `MAX_CHUNK` (`growth::chunk_size`, the segment's reserve).
         debug_assert!(
             size >= GRANULE && size.is_multiple_of(GRANULE) && base.is_multiple_of(GRANULE)
@@ -31,7 +37,7 @@ impl CoalescingHeap {
             next_free: NIL,
             owner: slot as u16,
             class: 0,
-        });
+        })?;
         if self.keeps_wilderness {
             debug_assert!(self.chunks.is_empty(), "a segment is one chunk");
             self.wilderness_block = Some(i);
@@ -50,6 +56,7 @@ impl CoalescingHeap {
                 .insert(base, chunks.len() as u32 - 1, |k| chunks[k as usize].base);
         }
         self.held += size;
+        Ok(())
     }
 
     /// Removes chunk `k` from the list (swap-remove), keeping `chunk_pos` right: entries leave

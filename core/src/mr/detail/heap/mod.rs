@@ -29,6 +29,7 @@ use std::hint::select_unpredictable;
 
 use crate::driver::StreamId;
 use crate::mr::detail::addr_map::AddrMap;
+pub(crate) use crate::mr::detail::block::SlabFull;
 use crate::mr::detail::block::{BlockSlab, Blocks};
 use crate::mr::detail::live_index::LiveIndex;
 use crate::mr::detail::record::{Block, LIVE, NIL, SCRATCH_NUMBER};
@@ -191,9 +192,24 @@ impl CoalescingHeap {
         &self.chunks
     }
 
+    /// Makes sure the next `n` records the heap stores need no growth of its slab: the slow
+    /// paths call this before they take memory from upstream that must then be recorded.
+    ///
+    /// # Errors
+    ///
+    /// [`SlabFull`] when the host will not give the slab the memory; nothing changed.
+    ///
+    /// # Time complexity
+    ///
+    /// O(n), plus a growth of the slab (amortized O(1) a record).
+    pub(crate) fn reserve_records(&mut self, n: usize) -> Result<(), SlabFull> {
+        self.slab.reserve_n(n)
+    }
+
     /// Takes a block of `size` bytes (a positive granule multiple) from `slot`'s lists, splits
     /// off the rest, and records it live with `requested` bytes. `None` if `slot` has no block
-    /// large enough. The search scans the own class ([`OwnClass::Scan`]).
+    /// large enough, or if no record is vacant and the slab cannot grow (nothing changed:
+    /// [`CoalescingHeap::reserve_records`] says why). The search scans the own class ([`OwnClass::Scan`]).
     ///
     /// # Time complexity
     ///
@@ -231,8 +247,12 @@ impl CoalescingHeap {
         // Indexed before the slab may grow (a call): for slot 0, just found by the caller,
         // the compiler then drops the bounds check.
         let index = &mut lists[slot].index;
-        // The split below may need a record; the view cannot grow the slab.
-        slab.reserve();
+        // The split below may need a record; the view cannot grow the slab. Where the host
+        // refuses the slab more memory, nothing is taken: the caller's slow path reserves
+        // records itself ([`CoalescingHeap::reserve_records`]) and reports why.
+        if slab.reserve().is_err() {
+            return None;
+        }
         let mut blocks = slab.view();
         let i = index.take(&mut blocks, size, own)?;
         let Block {
@@ -446,7 +466,7 @@ mod tests {
     fn splits_coalesces_and_releases() {
         let mut h = CoalescingHeap::default();
         let s = h.slot(S0);
-        h.add_chunk(s, 1 << 20, 64 * GRANULE);
+        h.add_chunk(s, 1 << 20, 64 * GRANULE).unwrap();
         let a = h.allocate(s, 4 * GRANULE, 1000).unwrap();
         let b = h.allocate(s, 4 * GRANULE, 1024).unwrap();
         let c = h.allocate(s, 56 * GRANULE, 56 * 256).unwrap();
@@ -482,7 +502,7 @@ mod tests {
                 ..CoalescingHeap::default()
             };
             let (s0, s1) = (h.slot(S0), h.slot(S1));
-            h.add_chunk(s0, 1 << 20, 16 * GRANULE);
+            h.add_chunk(s0, 1 << 20, 16 * GRANULE).unwrap();
             // Blocks 0..7 of 2 granules each; the chunk's last 2 granules stay free.
             let p: Vec<u64> = (0..7)
                 .map(|_| {
@@ -521,7 +541,7 @@ mod tests {
     fn streams_keep_their_own_free_blocks_until_adopted() {
         let mut h = CoalescingHeap::default();
         let (s0, s1) = (h.slot(S0), h.slot(S1));
-        h.add_chunk(s0, 1 << 20, 8 * GRANULE);
+        h.add_chunk(s0, 1 << 20, 8 * GRANULE).unwrap();
         let a = h.allocate(s0, 4 * GRANULE, 1).unwrap();
         let b = h.allocate(s0, 4 * GRANULE, 1).unwrap();
         h.deallocate(a, 1, s1).unwrap();
@@ -554,7 +574,8 @@ mod tests {
         let mut h = CoalescingHeap::default();
         let slots = [h.slot(S0), h.slot(S1)];
         for k in 0..4u64 {
-            h.add_chunk(slots[(k % 2) as usize], (k + 1) << 30, 1 << 20);
+            h.add_chunk(slots[(k % 2) as usize], (k + 1) << 30, 1 << 20)
+                .unwrap();
         }
         let mut rng = crate::workloads::SplitMix64::new(9);
         let mut live: Vec<(u64, u64)> = Vec::new();

@@ -8,7 +8,7 @@
 //! at peak 1.098 × peak live without it after the first pass, 1.084 with it (the
 //! book's "Resources and adaptors"). The segment grows by extending the wilderness and shrinks by cutting it.
 
-use super::CoalescingHeap;
+use super::{CoalescingHeap, SlabFull};
 use crate::mr::detail::record::{Block, LIVE, NIL};
 use crate::mr::detail::tlsf::GRANULE;
 
@@ -58,9 +58,13 @@ impl CoalescingHeap {
         if usize::from(b.owner) != slot || b.size() < size {
             return None;
         }
+        // The split needs a record: where the slab cannot grow, nothing is taken (as in
+        // `allocate`).
+        self.slab.reserve().ok()?;
         self.wilderness_block = None;
         if b.size() > size {
-            let rest = self.slab.insert(Block {
+            // Reserved above: the view's insert takes the vacant record.
+            let rest = self.slab.view().insert(Block {
                 addr: b.addr + size,
                 units: Block::units_of(b.size() - size),
                 prev_phys: w,
@@ -98,11 +102,16 @@ impl CoalescingHeap {
     /// `slot`: the memory behind the chunk is contiguous with it (an expandable segment). A
     /// wilderness of another slot is filed in that slot's lists first.
     ///
+    /// # Errors
+    ///
+    /// [`SlabFull`] when the end needs a record and the slab cannot grow: nothing changed.
+    ///
     /// # Time complexity
     ///
     /// O(1) with a wilderness; O(blocks of the chunk) when its last block is live.
-    pub(crate) fn extend_chunk(&mut self, slot: usize, bytes: u64) {
+    pub(crate) fn extend_chunk(&mut self, slot: usize, bytes: u64) -> Result<(), SlabFull> {
         debug_assert!(self.keeps_wilderness && bytes >= GRANULE && bytes.is_multiple_of(GRANULE));
+        self.slab.reserve()?;
         let last = self.last_block();
         let b = *self.slab.get(last);
         if self.wilderness_block == Some(last) && usize::from(b.owner) == slot {
@@ -112,7 +121,7 @@ impl CoalescingHeap {
                 let owner = usize::from(b.owner);
                 self.lists[owner].index.insert(&mut self.slab.view(), last);
             }
-            let i = self.slab.insert(Block {
+            let i = self.slab.view().insert(Block {
                 addr: b.addr + b.size(),
                 units: Block::units_of(bytes),
                 prev_phys: last,
@@ -127,6 +136,7 @@ impl CoalescingHeap {
         }
         self.chunks[0].size += bytes;
         self.held += bytes;
+        Ok(())
     }
 
     /// Cuts chunk 0 back so that it ends at `end`, a granule multiple inside the wilderness or
@@ -189,7 +199,7 @@ mod tests {
     #[test]
     fn the_wilderness_serves_only_what_the_lists_cannot() {
         let (mut h, s0, _) = segment();
-        h.add_chunk(s0, BASE, 16 * GRANULE);
+        h.add_chunk(s0, BASE, 16 * GRANULE).unwrap();
         assert_eq!(
             h.allocate(s0, GRANULE, 1),
             None,
@@ -214,15 +224,15 @@ mod tests {
     #[test]
     fn growth_extends_and_cuts_trim_the_wilderness() {
         let (mut h, s0, s1) = segment();
-        h.add_chunk(s0, BASE, 8 * GRANULE);
+        h.add_chunk(s0, BASE, 8 * GRANULE).unwrap();
         let a = h.allocate_wild(s0, 8 * GRANULE, 1).unwrap();
         assert_eq!(h.wild(), None);
-        h.extend_chunk(s1, 4 * GRANULE);
+        h.extend_chunk(s1, 4 * GRANULE).unwrap();
         assert_eq!(h.wild(), Some((BASE + 8 * GRANULE, 4 * GRANULE, s1)));
-        h.extend_chunk(s1, 2 * GRANULE);
+        h.extend_chunk(s1, 2 * GRANULE).unwrap();
         assert_eq!(h.wild(), Some((BASE + 8 * GRANULE, 6 * GRANULE, s1)));
         // Another stream's growth files s1's wilderness and starts its own.
-        h.extend_chunk(s0, 2 * GRANULE);
+        h.extend_chunk(s0, 2 * GRANULE).unwrap();
         assert_eq!(h.wild(), Some((BASE + 14 * GRANULE, 2 * GRANULE, s0)));
         assert_eq!(h.slots_with_free_blocks(), 2);
         h.check().unwrap();
@@ -258,7 +268,7 @@ mod tests {
     #[test]
     fn another_streams_wilderness_is_taken_and_merged() {
         let (mut h, s0, s1) = segment();
-        h.add_chunk(s0, BASE, 8 * GRANULE);
+        h.add_chunk(s0, BASE, 8 * GRANULE).unwrap();
         let a = h.allocate_wild(s0, 2 * GRANULE, 1).unwrap();
         let b = h.allocate_wild(s0, 2 * GRANULE, 1).unwrap();
         h.deallocate(b, 1, s1).unwrap();
@@ -299,9 +309,9 @@ mod tests {
                 });
                 let p = p.or_else(|| {
                     if h.chunks().is_empty() {
-                        h.add_chunk(slot, BASE, size);
+                        h.add_chunk(slot, BASE, size).unwrap();
                     } else {
-                        h.extend_chunk(slot, size);
+                        h.extend_chunk(slot, size).unwrap();
                     }
                     h.allocate_wild(slot, size, size)
                 });

@@ -3,6 +3,7 @@
 //! quarantine. Moving a stream's free blocks to another (`adopt`, `unify`) is here too.
 
 use crate::driver::StreamId;
+use crate::mr::detail::record::NIL;
 use crate::mr::detail::tlsf::TlsfIndex;
 
 use super::{
@@ -174,6 +175,16 @@ impl CoalescingHeap {
     ///
     /// O(free blocks of `from`).
     pub(crate) fn adopt(&mut self, to: usize, from: usize) {
+        self.adopt_noting(to, from, |_| {});
+    }
+
+    /// [`CoalescingHeap::adopt`], calling `whole` with the base of each chunk the merges
+    /// leave wholly free (one free block as large as the chunk), once each.
+    ///
+    /// # Time complexity
+    ///
+    /// O(free blocks of `from`).
+    pub(crate) fn adopt_noting(&mut self, to: usize, from: usize, mut whole: impl FnMut(u64)) {
         if self
             .wilderness_block
             .is_some_and(|w| usize::from(self.slab.get(w).owner) == from)
@@ -186,7 +197,12 @@ impl CoalescingHeap {
             .collect(self.slab.records(), &mut moved);
         for i in moved {
             self.lists[from].index.remove(&mut self.slab.view(), i);
-            let _ = self.file_free(to, i);
+            let merged = self.file_free(to, i);
+            // A block with no physical neighbour is its whole chunk: it merges no further.
+            let b = self.slab.get(merged);
+            if b.prev_phys == NIL && b.next_phys == NIL {
+                whole(b.addr);
+            }
         }
     }
 
@@ -265,7 +281,7 @@ mod tests {
         let slots: Vec<usize> = streams.iter().map(|&s| h.slot(s)).collect();
         assert_eq!(slots, (0..MAX_SLOTS).collect::<Vec<_>>());
         // Slot 0 holds a free block; slot 1 none; slot 2 the only other free block.
-        h.add_chunk(0, 1 << 20, 8 * GRANULE);
+        h.add_chunk(0, 1 << 20, 8 * GRANULE).unwrap();
         let a = h.allocate(0, 4 * GRANULE, 1).unwrap();
         let b = h.allocate(0, 4 * GRANULE, 1).unwrap();
         h.deallocate(a, 1, 0).unwrap();
@@ -285,7 +301,7 @@ mod tests {
     fn past_the_slot_limit_with_every_slot_holding_free_blocks_one_goes_to_quarantine() {
         let mut h = CoalescingHeap::default();
         let s0 = h.slot(StreamId(0));
-        h.add_chunk(s0, 1 << 20, 8 * GRANULE);
+        h.add_chunk(s0, 1 << 20, 8 * GRANULE).unwrap();
         let held: Vec<u64> = (0..MAX_SLOTS)
             .map(|_| h.allocate(0, GRANULE, 1).unwrap())
             .collect();
@@ -336,7 +352,7 @@ mod tests {
             ..CoalescingHeap::default()
         };
         let s0 = h.slot(StreamId(0));
-        h.add_chunk(s0, 1 << 20, 16 * GRANULE);
+        h.add_chunk(s0, 1 << 20, 16 * GRANULE).unwrap();
         let held: Vec<u64> = (0..MAX_SLOTS)
             .map(|_| h.allocate_wild(s0, GRANULE, 1).unwrap())
             .collect();
