@@ -7,12 +7,11 @@ use emm_core::contract::selection::{
     current_factory_with_env, manager_names, set_memory_manager_with_env, set_plugin_loader,
 };
 use emm_core::contract::{
-    clear_memory_manager, register_manager, Context, DeferCleanupGuard, EmmError, EmmResult,
-    HostMemory, IpcHandle, ManagerFactory, ManagerTarget, MemoryInfo, MemoryManager, MemoryPointer,
-    PinOwner,
+    clear_memory_manager, register_manager, Context, EmmError, EmmResult, ManagerFactory,
+    ManagerTarget, MemoryManager,
 };
 use emm_core::managers::{DefaultManager, HostOnlyManager};
-use emm_core::{DeviceId, Driver, HostPtr};
+use emm_core::{DeviceId, Driver};
 use emm_sim::{SimConfig, SimDriver, GIB};
 
 fn serial() -> MutexGuard<'static, ()> {
@@ -149,36 +148,16 @@ impl MemoryManager for V3 {
     fn name(&self) -> &str {
         "V3"
     }
-    fn initialize(&self) -> EmmResult<()> {
-        self.0.initialize()
-    }
-    fn memalloc(&self, size: usize) -> EmmResult<MemoryPointer> {
-        self.0.memalloc(size)
-    }
-    fn memhostalloc(&self, size: usize, m: bool, p: bool, wc: bool) -> EmmResult<HostMemory> {
-        self.0.memhostalloc(size, m, p, wc)
-    }
-    fn mempin(
-        &self,
-        o: Option<PinOwner>,
-        ptr: HostPtr,
-        size: usize,
-        m: bool,
-    ) -> EmmResult<HostMemory> {
-        self.0.mempin(o, ptr, size, m)
-    }
-    fn get_memory_info(&self) -> EmmResult<MemoryInfo> {
-        self.0.get_memory_info()
-    }
-    fn get_ipc_handle(&self, memory: &MemoryPointer) -> EmmResult<IpcHandle> {
-        self.0.get_ipc_handle(memory)
-    }
-    fn reset(&self) -> EmmResult<()> {
-        self.0.reset()
-    }
-    fn defer_cleanup(&self) -> DeferCleanupGuard {
-        self.0.defer_cleanup()
-    }
+    emm_core::forward_manager_calls!(
+        0: initialize,
+        memalloc,
+        memhostalloc,
+        mempin,
+        get_memory_info,
+        get_ipc_handle,
+        reset,
+        defer_cleanup,
+    );
     fn interface_version(&self) -> u32 {
         3
     }

@@ -22,12 +22,12 @@
 use std::sync::Arc;
 
 use emm_core::contract::{
-    Capabilities, DeferCleanupGuard, EmmError, EmmResult, HostMemory, IpcHandle, ManagedMemory,
-    MemoryInfo, MemoryManager, MemoryPointer, PinOwner, INTERFACE_VERSION,
+    Capabilities, DeferCleanupGuard, EmmError, EmmResult, MemoryManager, MemoryPointer,
+    INTERFACE_VERSION,
 };
 use emm_core::managers::HostOnlyManager;
 use emm_core::mr::DeviceMemoryResource;
-use emm_core::{ContextId, Driver, HostPtr, StreamId};
+use emm_core::{ContextId, Driver, StreamId};
 
 use crate::resource::PluginResource;
 
@@ -112,52 +112,20 @@ impl MemoryManager for PluginManager {
         self.resource.start().map_err(EmmError::from)
     }
 
-    fn memalloc(&self, size: usize) -> EmmResult<MemoryPointer> {
-        self.inner.memalloc(size)
-    }
-
-    fn memhostalloc(
-        &self,
-        size: usize,
-        mapped: bool,
-        portable: bool,
-        wc: bool,
-    ) -> EmmResult<HostMemory> {
-        self.inner.memhostalloc(size, mapped, portable, wc)
-    }
-
-    fn mempin(
-        &self,
-        owner: Option<PinOwner>,
-        ptr: HostPtr,
-        size: usize,
-        mapped: bool,
-    ) -> EmmResult<HostMemory> {
-        self.inner.mempin(owner, ptr, size, mapped)
-    }
-
-    fn memallocmanaged(&self, size: usize, attach_global: bool) -> EmmResult<ManagedMemory> {
-        self.inner.memallocmanaged(size, attach_global)
-    }
-
-    fn get_memory_info(&self) -> EmmResult<MemoryInfo> {
-        self.inner.get_memory_info()
-    }
-
-    fn get_ipc_handle(&self, memory: &MemoryPointer) -> EmmResult<IpcHandle> {
-        self.inner.get_ipc_handle(memory)
-    }
-
-    /// `emm_reset`, then the host side's reset (which runs even when the plugin fails).
-    fn reset(&self) -> EmmResult<()> {
-        self.inner.reset()
-    }
-
-    /// Defers the host side's pending frees and, inside that, holds an `emm_defer_enter` /
-    /// `emm_defer_exit` scope: the plugin should keep empty chunks until the scope ends.
-    fn defer_cleanup(&self) -> DeferCleanupGuard {
-        self.inner.defer_cleanup()
-    }
+    // The host side runs the plugin's hooks: `reset` calls `emm_reset` and then resets the host
+    // side, which runs even when the plugin fails; `defer_cleanup` defers the host side's
+    // pending frees and holds an `emm_defer_enter` / `emm_defer_exit` scope inside that guard,
+    // during which the plugin should keep empty chunks.
+    emm_core::forward_manager_calls!(
+        inner: memalloc,
+        memhostalloc,
+        mempin,
+        memallocmanaged,
+        get_memory_info,
+        get_ipc_handle,
+        reset,
+        defer_cleanup,
+    );
 
     fn interface_version(&self) -> u32 {
         INTERFACE_VERSION

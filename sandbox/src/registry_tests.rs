@@ -8,6 +8,23 @@ fn reg() -> (Registry, u32) {
     (r, h)
 }
 
+/// [`reg`], with 64 bytes live at the start of its chunk.
+fn reg_with_64_live_bytes() -> (Registry, u32, DevicePtr) {
+    let (mut r, h) = reg();
+    let p = r
+        .check_answer(
+            Answer {
+                chunk: h,
+                offset: 0,
+            },
+            64,
+            256,
+        )
+        .unwrap();
+    r.insert_live(p, 64, h);
+    (r, h, p)
+}
+
 #[test]
 fn answers_are_checked_for_each_rule() {
     let (mut r, h) = reg();
@@ -83,18 +100,7 @@ fn overlaps_are_found_across_the_levels_of_a_large_chunk() {
 
 #[test]
 fn frees_need_the_exact_pointer_and_size_and_chunks_go_only_when_empty() {
-    let (mut r, h) = reg();
-    let p = r
-        .check_answer(
-            Answer {
-                chunk: h,
-                offset: 0,
-            },
-            64,
-            256,
-        )
-        .unwrap();
-    r.insert_live(p, 64, h);
+    let (mut r, h, p) = reg_with_64_live_bytes();
     assert_eq!(r.release_chunk(h).unwrap_err().0, Rule::ChunkInUse);
     assert!(r.remove_live(p, 65).unwrap_err().contains("64 bytes"));
     assert!(r.remove_live(p.offset(1), 64).is_err());
@@ -109,18 +115,7 @@ fn frees_need_the_exact_pointer_and_size_and_chunks_go_only_when_empty() {
 
 #[test]
 fn orphans_leave_only_when_empty_and_are_foreign_to_the_new_generation() {
-    let (mut r, h) = reg();
-    let p = r
-        .check_answer(
-            Answer {
-                chunk: h,
-                offset: 0,
-            },
-            64,
-            256,
-        )
-        .unwrap();
-    r.insert_live(p, 64, h);
+    let (mut r, h, p) = reg_with_64_live_bytes();
     let empty = r.add_chunk(DevicePtr(0x30_0000), 0x1000).unwrap();
     r.orphan_all();
     let taken = r.take_empty_orphans();

@@ -6,6 +6,16 @@ use emm_core::{DriverResult, StreamId};
 use crate::config::CostModel;
 use crate::state::{Accessor, AllocKind, State, CHUNK, POISON};
 
+/// A copy or set as it starts.
+struct Transfer {
+    /// The stream it runs on.
+    stream: u64,
+    /// No stream was given: the synchronous form of the call.
+    sync: bool,
+    /// What moving its bytes costs.
+    ns: u64,
+}
+
 impl State {
     pub(crate) fn write_bytes(&mut self, mut addr: u64, mut src: &[u8]) {
         if !self.cfg.track_contents {
@@ -79,14 +89,26 @@ impl State {
 
     // ---- copies ----------------------------------------------------------------------------
 
-    /// Runs a copy or set on `stream` (or synchronously on the default stream).
-    pub(crate) fn on_stream(
+    /// Starts a copy or set of `size` bytes on `stream` (or synchronously on the default
+    /// stream) that moves `bytes_per_us`: charges the call, and gives `None` for 0 bytes, which
+    /// touch nothing.
+    fn start_transfer(
         &mut self,
         p: u32,
         stream: Option<StreamId>,
-    ) -> DriverResult<(u64, bool)> {
+        size: u64,
+        bytes_per_us: u64,
+    ) -> DriverResult<Option<Transfer>> {
         let s = self.stream(p, stream.unwrap_or(StreamId::DEFAULT))?;
-        Ok((s, stream.is_none()))
+        self.charge(p, self.cfg.costs.call_ns);
+        if size == 0 {
+            return Ok(None);
+        }
+        Ok(Some(Transfer {
+            stream: s,
+            sync: stream.is_none(),
+            ns: CostModel::transfer_ns(size, bytes_per_us),
+        }))
     }
 
     pub(crate) fn memcpy_htod(
@@ -96,26 +118,17 @@ impl State {
         src: &[u8],
         stream: Option<StreamId>,
     ) -> DriverResult<()> {
-        let (s, sync) = self.on_stream(p, stream)?;
-        let ns = CostModel::transfer_ns(src.len() as u64, self.cfg.costs.copy_bytes_per_us);
-        self.charge(p, self.cfg.costs.call_ns);
-        if src.is_empty() {
+        let bandwidth = self.cfg.costs.copy_bytes_per_us;
+        let Some(t) = self.start_transfer(p, stream, src.len() as u64, bandwidth)? else {
             return Ok(());
-        }
+        };
         // CUDA's synchronous form from pageable memory waits for the stream's earlier work,
         // stages the bytes and returns: the copy itself may still be in flight.
-        if sync {
-            self.host_wait_stream(p, s);
+        if t.sync {
+            self.host_wait_stream(p, t.stream);
         }
-        let target = self.access(
-            p,
-            Accessor::Stream(s),
-            dst,
-            src.len() as u64,
-            true,
-            false,
-            ns,
-        )?;
+        let on = Accessor::Stream(t.stream);
+        let target = self.access(p, on, dst, src.len() as u64, true, false, t.ns)?;
         self.write_bytes(target, src);
         Ok(())
     }
@@ -127,24 +140,15 @@ impl State {
         src: u64,
         stream: Option<StreamId>,
     ) -> DriverResult<()> {
-        let (s, _) = self.on_stream(p, stream)?;
-        let ns = CostModel::transfer_ns(dst.len() as u64, self.cfg.costs.copy_bytes_per_us);
-        self.charge(p, self.cfg.costs.call_ns);
-        if dst.is_empty() {
+        let bandwidth = self.cfg.costs.copy_bytes_per_us;
+        let Some(t) = self.start_transfer(p, stream, dst.len() as u64, bandwidth)? else {
             return Ok(());
-        }
-        let target = self.access(
-            p,
-            Accessor::Stream(s),
-            src,
-            dst.len() as u64,
-            false,
-            false,
-            ns,
-        )?;
+        };
+        let on = Accessor::Stream(t.stream);
+        let target = self.access(p, on, src, dst.len() as u64, false, false, t.ns)?;
         self.read_bytes(target, dst);
         // A pageable destination holds the bytes when the call returns: the host waits.
-        self.host_wait_stream(p, s);
+        self.host_wait_stream(p, t.stream);
         Ok(())
     }
 
@@ -156,23 +160,20 @@ impl State {
         size: u64,
         stream: Option<StreamId>,
     ) -> DriverResult<()> {
-        let (s, sync) = self.on_stream(p, stream)?;
-        let ns = CostModel::transfer_ns(size, self.cfg.costs.d2d_bytes_per_us);
-        self.charge(p, self.cfg.costs.call_ns);
-        if size == 0 {
+        let bandwidth = self.cfg.costs.d2d_bytes_per_us;
+        let Some(t) = self.start_transfer(p, stream, size, bandwidth)? else {
             return Ok(());
-        }
+        };
         // Resolve both ends before touching either, so a bad destination changes nothing.
         self.resolve(p, dst, size, true, false)?;
-        let from = self.access(p, Accessor::Stream(s), src, size, false, false, ns)?;
-        let to = self.access(p, Accessor::Stream(s), dst, size, true, false, 0)?;
+        let from = self.access(p, Accessor::Stream(t.stream), src, size, false, false, t.ns)?;
+        let to = self.access(p, Accessor::Stream(t.stream), dst, size, true, false, 0)?;
         if self.cfg.track_contents {
             let mut buf = vec![0u8; size as usize];
             self.read_bytes(from, &mut buf);
             self.write_bytes(to, &buf);
         }
         // A device-to-device copy never synchronizes the host, even in its synchronous form.
-        let _ = sync;
         Ok(())
     }
 
@@ -184,22 +185,20 @@ impl State {
         size: u64,
         stream: Option<StreamId>,
     ) -> DriverResult<()> {
-        let (s, sync) = self.on_stream(p, stream)?;
-        let ns = CostModel::transfer_ns(size, self.cfg.costs.d2d_bytes_per_us);
-        self.charge(p, self.cfg.costs.call_ns);
-        if size == 0 {
+        let bandwidth = self.cfg.costs.d2d_bytes_per_us;
+        let Some(t) = self.start_transfer(p, stream, size, bandwidth)? else {
             return Ok(());
-        }
+        };
         // cuMemsetD8 runs as a kernel: it needs device-accessible memory (a host range only
         // while it is mapped), faults managed pages over, and needs peer access across devices.
-        let target = self.access(p, Accessor::Stream(s), dst, size, true, true, ns)?;
+        let target = self.access(p, Accessor::Stream(t.stream), dst, size, true, true, t.ns)?;
         self.fill_bytes(target, value, size);
         // cuMemsetD8 is asynchronous with respect to the host unless it sets pinned host memory.
         let pinned = self
             .containing(target)
             .is_some_and(|(_, a)| matches!(a.kind, AllocKind::Pinned { .. }));
-        if sync && pinned {
-            self.host_wait_stream(p, s);
+        if t.sync && pinned {
+            self.host_wait_stream(p, t.stream);
         }
         Ok(())
     }

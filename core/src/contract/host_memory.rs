@@ -12,7 +12,7 @@ use std::ops::RangeBounds;
 
 use crate::contract::error::EmmResult;
 use crate::contract::finalizer::Finalizer;
-use crate::contract::pointer::{BufferParts, MemoryPointer, PinOwner, Span};
+use crate::contract::pointer::{span_accessors, BufferParts, MemoryPointer, PinOwner, Span};
 use crate::driver::{ContextId, DevicePtr, HostPtr};
 
 /// Host memory mapped into the device address space: a host pointer and a device pointer to
@@ -45,34 +45,8 @@ impl MappedMemory {
         }
     }
 
-    /// The context it was mapped in.
-    pub fn context(&self) -> ContextId {
-        self.span.context()
-    }
-    /// The host address.
-    pub fn host_ptr(&self) -> HostPtr {
-        self.span.host()
-    }
-    /// The device address of the same bytes.
-    pub fn device_ptr(&self) -> DevicePtr {
-        self.span.device()
-    }
-    /// Size in bytes.
-    pub fn size(&self) -> usize {
-        self.span.size()
-    }
-    /// Bytes from the owner's base to this pointer.
-    pub fn offset(&self) -> usize {
-        self.span.offset()
-    }
-    /// The object that owns the pinned memory, when it came from `mempin`.
-    pub fn pin_owner(&self) -> Option<&PinOwner> {
-        self.span.pin_owner()
-    }
-    /// How many pointers keep the buffer alive, this one included.
-    pub fn owner_count(&self) -> usize {
-        self.span.owner_count()
-    }
+    // The host and the device address of the same bytes.
+    span_accessors!(host_ptr, device_ptr, pin_owner);
 
     /// A view of `range`, keeping the owner alive; both addresses move by `range.start`.
     ///
@@ -129,30 +103,7 @@ impl PinnedMemory {
         }
     }
 
-    /// The context it was pinned in.
-    pub fn context(&self) -> ContextId {
-        self.span.context()
-    }
-    /// The host address.
-    pub fn host_ptr(&self) -> HostPtr {
-        self.span.host()
-    }
-    /// Size in bytes.
-    pub fn size(&self) -> usize {
-        self.span.size()
-    }
-    /// Bytes from the owner's base to this pointer.
-    pub fn offset(&self) -> usize {
-        self.span.offset()
-    }
-    /// The object that owns the pinned memory, when it came from `mempin`.
-    pub fn pin_owner(&self) -> Option<&PinOwner> {
-        self.span.pin_owner()
-    }
-    /// How many pointers keep the buffer alive, this one included.
-    pub fn owner_count(&self) -> usize {
-        self.span.owner_count()
-    }
+    span_accessors!(host_ptr, pin_owner);
 
     /// A view of `range`, keeping the owner alive.
     ///

@@ -10,8 +10,8 @@ use std::ops::RangeBounds;
 
 use crate::contract::error::EmmResult;
 use crate::contract::finalizer::Finalizer;
-use crate::contract::pointer::{BufferParts, MemoryPointer, Span};
-use crate::driver::{ContextId, DevicePtr, HostPtr};
+use crate::contract::pointer::{span_accessors, BufferParts, MemoryPointer, Span};
+use crate::driver::{ContextId, DevicePtr};
 
 /// Managed (unified) memory: clones and views keep the owner alive; the finalizer runs once.
 #[derive(Clone)]
@@ -39,30 +39,8 @@ impl ManagedMemory {
         }
     }
 
-    /// The context it was allocated in.
-    pub fn context(&self) -> ContextId {
-        self.span.context()
-    }
-    /// The address, as the device sees it.
-    pub fn device_ptr(&self) -> DevicePtr {
-        self.span.device()
-    }
-    /// The same address, as the host sees it.
-    pub fn host_ptr(&self) -> HostPtr {
-        self.span.host()
-    }
-    /// Size in bytes.
-    pub fn size(&self) -> usize {
-        self.span.size()
-    }
-    /// Bytes from the owner's base to this pointer.
-    pub fn offset(&self) -> usize {
-        self.span.offset()
-    }
-    /// How many pointers keep the buffer alive, this one included.
-    pub fn owner_count(&self) -> usize {
-        self.span.owner_count()
-    }
+    // One address, valid on the host and on every device.
+    span_accessors!(device_ptr, host_ptr);
 
     /// A view of `range`, keeping the owner alive.
     ///

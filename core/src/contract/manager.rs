@@ -244,3 +244,124 @@ pub fn check_interface_version(manager: &str, found: u32) -> EmmResult<()> {
         })
     }
 }
+
+/// Writes, inside an `impl MemoryManager for …`, the methods that a manager wrapping another
+/// passes on unchanged to the manager in field `$inner` (a name or a tuple index): every
+/// [`MemoryManager`] method but `name` may be listed. A wrapper then writes out only the calls
+/// it changes, and a method it does not list keeps the trait's default.
+///
+/// ```
+/// use emm_core::contract::{DeferCleanupGuard, EmmResult, MemoryManager, MemoryPointer};
+/// use emm_core::managers::DefaultManager;
+///
+/// /// The default manager under another name.
+/// struct Renamed(DefaultManager);
+///
+/// impl MemoryManager for Renamed {
+///     fn name(&self) -> &str {
+///         "Renamed"
+///     }
+///
+///     emm_core::forward_manager_calls!(0: initialize, memalloc, memhostalloc, mempin,
+///         memallocmanaged, get_memory_info, get_ipc_handle, reset, defer_cleanup,
+///         interface_version, capabilities, memalloc_async, memfree_async);
+/// }
+/// ```
+#[macro_export]
+macro_rules! forward_manager_calls {
+    ($inner:tt: $($method:ident),+ $(,)?) => {
+        $($crate::forward_manager_calls!(@one $inner $method);)+
+    };
+    (@one $inner:tt initialize) => {
+        fn initialize(&self) -> $crate::contract::EmmResult<()> {
+            self.$inner.initialize()
+        }
+    };
+    (@one $inner:tt memalloc) => {
+        fn memalloc(&self, size: usize) -> $crate::contract::EmmResult<$crate::contract::MemoryPointer> {
+            self.$inner.memalloc(size)
+        }
+    };
+    (@one $inner:tt memhostalloc) => {
+        fn memhostalloc(
+            &self,
+            size: usize,
+            mapped: bool,
+            portable: bool,
+            wc: bool,
+        ) -> $crate::contract::EmmResult<$crate::contract::HostMemory> {
+            self.$inner.memhostalloc(size, mapped, portable, wc)
+        }
+    };
+    (@one $inner:tt mempin) => {
+        fn mempin(
+            &self,
+            owner: Option<$crate::contract::PinOwner>,
+            ptr: $crate::HostPtr,
+            size: usize,
+            mapped: bool,
+        ) -> $crate::contract::EmmResult<$crate::contract::HostMemory> {
+            self.$inner.mempin(owner, ptr, size, mapped)
+        }
+    };
+    (@one $inner:tt memallocmanaged) => {
+        fn memallocmanaged(
+            &self,
+            size: usize,
+            attach_global: bool,
+        ) -> $crate::contract::EmmResult<$crate::contract::ManagedMemory> {
+            self.$inner.memallocmanaged(size, attach_global)
+        }
+    };
+    (@one $inner:tt get_memory_info) => {
+        fn get_memory_info(&self) -> $crate::contract::EmmResult<$crate::contract::MemoryInfo> {
+            self.$inner.get_memory_info()
+        }
+    };
+    (@one $inner:tt get_ipc_handle) => {
+        fn get_ipc_handle(
+            &self,
+            memory: &$crate::contract::MemoryPointer,
+        ) -> $crate::contract::EmmResult<$crate::contract::IpcHandle> {
+            self.$inner.get_ipc_handle(memory)
+        }
+    };
+    (@one $inner:tt reset) => {
+        fn reset(&self) -> $crate::contract::EmmResult<()> {
+            self.$inner.reset()
+        }
+    };
+    (@one $inner:tt defer_cleanup) => {
+        fn defer_cleanup(&self) -> $crate::contract::DeferCleanupGuard {
+            self.$inner.defer_cleanup()
+        }
+    };
+    (@one $inner:tt interface_version) => {
+        fn interface_version(&self) -> u32 {
+            self.$inner.interface_version()
+        }
+    };
+    (@one $inner:tt capabilities) => {
+        fn capabilities(&self) -> $crate::contract::Capabilities {
+            self.$inner.capabilities()
+        }
+    };
+    (@one $inner:tt memalloc_async) => {
+        fn memalloc_async(
+            &self,
+            size: usize,
+            stream: $crate::StreamId,
+        ) -> $crate::contract::EmmResult<$crate::contract::MemoryPointer> {
+            self.$inner.memalloc_async(size, stream)
+        }
+    };
+    (@one $inner:tt memfree_async) => {
+        fn memfree_async(
+            &self,
+            memory: $crate::contract::MemoryPointer,
+            stream: $crate::StreamId,
+        ) -> $crate::contract::EmmResult<()> {
+            self.$inner.memfree_async(memory, stream)
+        }
+    };
+}

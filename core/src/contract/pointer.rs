@@ -48,6 +48,51 @@ pub(crate) struct BufferParts {
     pub finalizer: Option<Finalizer>,
 }
 
+/// Writes, inside the `impl` of a pointer type made of a [`Span`] (a field named `span`), the
+/// accessors every such type has: `context`, `size`, `offset` and `owner_count`, then those
+/// it names among `device_ptr`, `host_ptr` and `pin_owner` (the addresses and owner its kind
+/// of memory has).
+macro_rules! span_accessors {
+    (@one device_ptr) => {
+        /// The device address: the owner's base plus [`offset`](Self::offset).
+        pub fn device_ptr(&self) -> $crate::DevicePtr {
+            self.span.device()
+        }
+    };
+    (@one host_ptr) => {
+        /// The host address: the owner's base plus [`offset`](Self::offset).
+        pub fn host_ptr(&self) -> $crate::HostPtr {
+            self.span.host()
+        }
+    };
+    (@one pin_owner) => {
+        /// The object that owns the pinned memory, when it came from `mempin`.
+        pub fn pin_owner(&self) -> Option<&$crate::contract::PinOwner> {
+            self.span.pin_owner()
+        }
+    };
+    ($($address:ident),* $(,)?) => {
+        /// The context the memory was allocated, pinned or mapped in.
+        pub fn context(&self) -> $crate::ContextId {
+            self.span.context()
+        }
+        /// Size in bytes (of the view, for a view).
+        pub fn size(&self) -> usize {
+            self.span.size()
+        }
+        /// Bytes from the owner's base to this pointer.
+        pub fn offset(&self) -> usize {
+            self.span.offset()
+        }
+        /// How many pointers (clones and views) keep the owner alive, this one included.
+        pub fn owner_count(&self) -> usize {
+            self.span.owner_count()
+        }
+        $(span_accessors!(@one $address);)*
+    };
+}
+pub(crate) use span_accessors;
+
 /// A window onto a shared [`Buffer`]: what every pointer type is made of.
 #[derive(Clone)]
 pub(crate) struct Span {
@@ -247,25 +292,7 @@ impl MemoryPointer {
         MemoryPointer { span }
     }
 
-    /// The context the memory was allocated in.
-    pub fn context(&self) -> ContextId {
-        self.span.context()
-    }
-
-    /// The device address of this pointer (the owner's base plus [`MemoryPointer::offset`]).
-    pub fn device_ptr(&self) -> DevicePtr {
-        self.span.device()
-    }
-
-    /// Size in bytes of this pointer (of the view, for a view).
-    pub fn size(&self) -> usize {
-        self.span.size()
-    }
-
-    /// Bytes from the owner's base to this pointer.
-    pub fn offset(&self) -> usize {
-        self.span.offset()
-    }
+    span_accessors!(device_ptr);
 
     /// The owner: the whole buffer this pointer is a view of (itself, when it is not a view).
     pub fn owner(&self) -> MemoryPointer {
@@ -277,11 +304,6 @@ impl MemoryPointer {
     /// Whether `self` and `other` share one owner (one buffer, one finalizer).
     pub fn shares_owner(&self, other: &MemoryPointer) -> bool {
         self.span.shares_owner(&other.span)
-    }
-
-    /// How many pointers (clones and views) keep the owner alive, this one included.
-    pub fn owner_count(&self) -> usize {
-        self.span.owner_count()
     }
 
     /// A view of `range` of this pointer: `view(16..)`, `view(16..32)`. It keeps the owner

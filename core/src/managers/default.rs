@@ -23,12 +23,11 @@ use std::sync::Arc;
 
 use crate::attribution::CallerScope;
 use crate::contract::{
-    Capabilities, Dealloc, DeferCleanupGuard, EmmResult, HostMemory, IpcHandle, ManagedMemory,
-    ManagerFactory, ManagerTarget, MemoryInfo, MemoryManager, MemoryPointer, PendingDeallocs,
-    PendingDeallocsConfig, PinOwner, INTERFACE_VERSION,
+    Capabilities, Dealloc, EmmResult, ManagerFactory, ManagerTarget, MemoryInfo, MemoryManager,
+    MemoryPointer, PendingDeallocs, PendingDeallocsConfig, INTERFACE_VERSION,
 };
-use crate::driver::{ContextId, Driver, HostPtr, StreamId};
-use crate::managers::manager_base::{manager_base_methods, ManagerBase};
+use crate::driver::{ContextId, Driver, StreamId};
+use crate::managers::manager_base::ManagerBase;
 
 /// The name `DefaultManager` goes by in the registry and in `EMM_MEMORY_MANAGER`.
 pub const DEFAULT_MANAGER_NAME: &str = "default";
@@ -93,7 +92,14 @@ impl<D: Driver + ?Sized> MemoryManager for DefaultManager<D> {
         Self::TAG
     }
 
-    manager_base_methods!();
+    crate::forward_manager_calls!(
+        base: initialize,
+        memhostalloc,
+        mempin,
+        memallocmanaged,
+        get_ipc_handle,
+        defer_cleanup,
+    );
 
     /// # Time complexity
     ///
@@ -117,18 +123,10 @@ impl<D: Driver + ?Sized> MemoryManager for DefaultManager<D> {
         Ok(self.base.driver.mem_get_info()?.into())
     }
 
-    fn get_ipc_handle(&self, memory: &MemoryPointer) -> EmmResult<IpcHandle> {
-        self.base.get_ipc_handle(memory)
-    }
-
     /// Runs every pending deallocation, even under a `defer_cleanup` guard (a reset is an
     /// explicit request to clean up). Memory still held by pointers stays valid.
     fn reset(&self) -> EmmResult<()> {
         self.base.reset()
-    }
-
-    fn defer_cleanup(&self) -> DeferCleanupGuard {
-        self.base.defer_cleanup()
     }
 
     fn interface_version(&self) -> u32 {

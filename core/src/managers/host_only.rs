@@ -27,12 +27,12 @@ use std::sync::{Arc, Mutex};
 
 use crate::attribution::CallerScope;
 use crate::contract::{
-    Capabilities, Dealloc, DeallocSink, DeferCleanupGuard, EmmError, EmmResult, HostMemory,
-    IpcHandle, ManagedMemory, MemoryInfo, MemoryManager, MemoryPointer, PendingDeallocs,
-    PendingDeallocsConfig, PinOwner, INTERFACE_VERSION,
+    Capabilities, Dealloc, DeallocSink, DeferCleanupGuard, EmmError, EmmResult, IpcHandle,
+    MemoryInfo, MemoryManager, MemoryPointer, PendingDeallocs, PendingDeallocsConfig,
+    INTERFACE_VERSION,
 };
-use crate::driver::{ContextId, Driver, HostPtr, StreamId};
-use crate::managers::manager_base::{manager_base_methods, ManagerBase};
+use crate::driver::{ContextId, Driver, StreamId};
+use crate::managers::manager_base::ManagerBase;
 use crate::mr::{DeviceMemoryResource, MrError};
 
 type ResetHook = Box<dyn Fn() -> EmmResult<()> + Send + Sync>;
@@ -227,7 +227,7 @@ impl<R: DeviceMemoryResource + 'static, D: Driver + ?Sized> MemoryManager
         Self::TAG
     }
 
-    manager_base_methods!();
+    crate::forward_manager_calls!(base: initialize, memhostalloc, mempin, memallocmanaged);
 
     fn memalloc(&self, size: usize) -> EmmResult<MemoryPointer> {
         let p = self.allocate("memalloc", size, StreamId::DEFAULT, false)?;

@@ -1,8 +1,8 @@
 //! [`ManagerBase`]: what every built-in manager shares, whatever gives it device memory: the
 //! driver and context, initialization, `memhostalloc`, `mempin`, `memallocmanaged`, IPC
-//! handles, the pending deallocations, and Numba's out-of-memory flush-and-retry.
-//! [`manager_base_methods!`] writes the [`MemoryManager`](crate::contract::MemoryManager) calls
-//! that only forward to it, once for every manager.
+//! handles, the pending deallocations, and Numba's out-of-memory flush-and-retry. A manager
+//! hands the [`MemoryManager`](crate::contract::MemoryManager) calls that only forward to it
+//! over with [`forward_manager_calls!`](crate::forward_manager_calls).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -312,40 +312,3 @@ impl<D: Driver + ?Sized> Drop for ManagerBase<D> {
         let _ = self.pending.close();
     }
 }
-
-/// The [`MemoryManager`](crate::contract::MemoryManager) calls that every built-in manager
-/// passes to its [`ManagerBase`] (a field named `base`) unchanged: `initialize`,
-/// `memhostalloc`, `mempin` and `memallocmanaged`. Used inside the manager's
-/// `impl MemoryManager`.
-macro_rules! manager_base_methods {
-    () => {
-        fn initialize(&self) -> EmmResult<()> {
-            self.base.initialize()
-        }
-
-        fn memhostalloc(
-            &self,
-            size: usize,
-            mapped: bool,
-            portable: bool,
-            wc: bool,
-        ) -> EmmResult<HostMemory> {
-            self.base.memhostalloc(size, mapped, portable, wc)
-        }
-
-        fn mempin(
-            &self,
-            owner: Option<PinOwner>,
-            ptr: HostPtr,
-            size: usize,
-            mapped: bool,
-        ) -> EmmResult<HostMemory> {
-            self.base.mempin(owner, ptr, size, mapped)
-        }
-
-        fn memallocmanaged(&self, size: usize, attach_global: bool) -> EmmResult<ManagedMemory> {
-            self.base.memallocmanaged(size, attach_global)
-        }
-    };
-}
-pub(crate) use manager_base_methods;

@@ -41,6 +41,17 @@ fn counter() -> Arc<AtomicUsize> {
     Arc::new(AtomicUsize::new(0))
 }
 
+/// Expects `cuMemAlloc` of `size` bytes once per pointer, in order, answering each pointer.
+fn expect_allocs(d: &mut MockDriver, seq: &mut Sequence, size: usize, ptrs: &[u64]) {
+    for &p in ptrs {
+        d.expect_mem_alloc()
+            .with(eq(size))
+            .times(1)
+            .in_sequence(seq)
+            .returning(move |_| Ok(DevicePtr(p)));
+    }
+}
+
 /// Expects `cuMemFree` of each pointer once, in order, counting them in `frees`.
 fn expect_frees(d: &mut MockDriver, seq: &mut Sequence, ptrs: &[u64], frees: &Arc<AtomicUsize>) {
     for &p in ptrs {
@@ -64,13 +75,7 @@ fn pending_deallocs_flush_on_the_eleventh_pending_free() {
     let mut d = driver();
     let mut seq = Sequence::new();
     let ptrs: Vec<u64> = (1..=11).map(|i| i * 0x1000).collect();
-    for &p in &ptrs {
-        d.expect_mem_alloc()
-            .with(eq(1024))
-            .times(1)
-            .in_sequence(&mut seq)
-            .returning(move |_| Ok(DevicePtr(p)));
-    }
+    expect_allocs(&mut d, &mut seq, 1024, &ptrs);
     let frees = counter();
     expect_frees(&mut d, &mut seq, &ptrs, &frees);
     let m = DefaultManager::new(Arc::new(d), CTX);
@@ -97,12 +102,7 @@ fn defer_cleanup_holds_the_eleventh_free_until_the_guard_goes() {
     let mut d = driver();
     let mut seq = Sequence::new();
     let ptrs: Vec<u64> = (1..=11).map(|i| i * 0x1000).collect();
-    for &p in &ptrs {
-        d.expect_mem_alloc()
-            .times(1)
-            .in_sequence(&mut seq)
-            .returning(move |_| Ok(DevicePtr(p)));
-    }
+    expect_allocs(&mut d, &mut seq, 64, &ptrs);
     let frees = counter();
     expect_frees(&mut d, &mut seq, &ptrs, &frees);
     let m = DefaultManager::new(Arc::new(d), CTX);
@@ -127,13 +127,7 @@ fn defer_cleanup_holds_the_eleventh_free_until_the_guard_goes() {
 fn out_of_memory_flushes_pending_frees_then_retries_once() {
     let mut d = driver();
     let mut seq = Sequence::new();
-    for p in [0x1000, 0x2000] {
-        d.expect_mem_alloc()
-            .with(eq(64))
-            .times(1)
-            .in_sequence(&mut seq)
-            .returning(move |_| Ok(DevicePtr(p)));
-    }
+    expect_allocs(&mut d, &mut seq, 64, &[0x1000, 0x2000]);
     d.expect_mem_alloc()
         .with(eq(4096))
         .times(1)
@@ -233,12 +227,7 @@ fn unregister_runs_before_re_pin_of_the_same_range() {
 fn a_deferred_free_that_fails_is_reported_by_the_next_reset() {
     let mut d = driver();
     let mut seq = Sequence::new();
-    for p in [0x1000, 0x2000] {
-        d.expect_mem_alloc()
-            .times(1)
-            .in_sequence(&mut seq)
-            .returning(move |_| Ok(DevicePtr(p)));
-    }
+    expect_allocs(&mut d, &mut seq, 64, &[0x1000, 0x2000]);
     d.expect_mem_free()
         .with(eq(DevicePtr(0x1000)))
         .times(1)

@@ -23,11 +23,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crate::contract::{
-    Capabilities, Dealloc, DeallocSink, DeferCleanupGuard, EmmError, EmmResult, Finalizer,
-    HostMemory, IpcHandle, ManagedMemory, MappedMemory, MemoryInfo, MemoryManager, MemoryPointer,
-    PinOwner, PinnedMemory, INTERFACE_VERSION,
+    Capabilities, Dealloc, DeallocSink, EmmError, EmmResult, Finalizer, HostMemory, IpcHandle,
+    ManagedMemory, MappedMemory, MemoryManager, MemoryPointer, PinnedMemory, INTERFACE_VERSION,
 };
-use crate::driver::{ContextId, DevicePtr, HostPtr, StreamId};
+use crate::driver::{ContextId, DevicePtr, StreamId};
 use crate::unified::caching::CachingManagedAllocator;
 use crate::unified::error::UnifiedError;
 use crate::unified::hints::Placement;
@@ -191,15 +190,9 @@ impl MemoryManager for UnifiedManager {
         })
     }
 
-    fn mempin(
-        &self,
-        owner: Option<PinOwner>,
-        ptr: HostPtr,
-        size: usize,
-        mapped: bool,
-    ) -> EmmResult<HostMemory> {
-        self.inner.mempin(owner, ptr, size, mapped)
-    }
+    // User memory cannot become managed: pinning, the memory info and the deferral of cleanup
+    // are the wrapped manager's.
+    crate::forward_manager_calls!(inner: mempin, get_memory_info, defer_cleanup);
 
     /// Plain managed memory (no advice), from the cache.
     fn memallocmanaged(&self, size: usize, attach_global: bool) -> EmmResult<ManagedMemory> {
@@ -213,10 +206,6 @@ impl MemoryManager for UnifiedManager {
         let bytes = size as u64;
         let finalizer = self.finalizer(Dealloc::Managed { ptr, bytes });
         Ok(ManagedMemory::new(self.context, ptr, size, finalizer))
-    }
-
-    fn get_memory_info(&self) -> EmmResult<MemoryInfo> {
-        self.inner.get_memory_info()
     }
 
     fn get_ipc_handle(&self, _memory: &MemoryPointer) -> EmmResult<IpcHandle> {
@@ -239,10 +228,6 @@ impl MemoryManager for UnifiedManager {
             .map_err(EmmError::from)
             .and(inner)
             .and(failures.map_err(EmmError::from))
-    }
-
-    fn defer_cleanup(&self) -> DeferCleanupGuard {
-        self.inner.defer_cleanup()
     }
 
     fn interface_version(&self) -> u32 {

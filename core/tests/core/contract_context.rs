@@ -4,8 +4,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use emm_core::contract::{
-    Context, DeferCleanupGuard, EmmError, EmmResult, HostMemory, IpcHandle, MemoryInfo,
-    MemoryManager, MemoryPointer, PinOwner, INTERFACE_VERSION,
+    Context, EmmError, EmmResult, HostMemory, MemoryManager, MemoryPointer, PinOwner,
+    INTERFACE_VERSION,
 };
 use emm_core::managers::{DefaultManager, HostOnlyManager};
 use emm_core::mr::CudaResource;
@@ -77,18 +77,7 @@ impl MemoryManager for Spy {
         self.saw();
         self.inner.mempin(o, ptr, size, m)
     }
-    fn get_memory_info(&self) -> EmmResult<MemoryInfo> {
-        self.inner.get_memory_info()
-    }
-    fn get_ipc_handle(&self, memory: &MemoryPointer) -> EmmResult<IpcHandle> {
-        self.inner.get_ipc_handle(memory)
-    }
-    fn reset(&self) -> EmmResult<()> {
-        self.inner.reset()
-    }
-    fn defer_cleanup(&self) -> DeferCleanupGuard {
-        self.inner.defer_cleanup()
-    }
+    emm_core::forward_manager_calls!(inner: get_memory_info, get_ipc_handle, reset, defer_cleanup);
     fn interface_version(&self) -> u32 {
         self.version
     }

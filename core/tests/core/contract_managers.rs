@@ -331,10 +331,7 @@ fn stream_ordered_memory_is_freed_on_the_stream_it_is_given() {
     let g = gpu();
     let m = manager(&g, config(10, 0.2));
     assert!(m.capabilities().stream_ordered);
-    let (s1, s2) = (
-        g.stream_create(true).unwrap(),
-        g.stream_create(true).unwrap(),
-    );
+    let (s1, s2) = crate::common::two_streams(&g);
     let a = m.memalloc_async(4096, s1).unwrap();
     g.memset_d8(a.device_ptr(), 1, 4096, Some(s1)).unwrap();
     let addr = a.device_ptr();

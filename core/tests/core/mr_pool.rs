@@ -58,10 +58,7 @@ fn the_single_stream_path_never_calls_the_driver() {
 fn memory_moves_between_streams_through_one_cached_event_only_when_taken() {
     let g = gpu();
     let p = pool(&g);
-    let (a, b) = (
-        g.stream_create(true).unwrap(),
-        g.stream_create(true).unwrap(),
-    );
+    let (a, b) = crate::common::two_streams(&g);
     // Fill exactly one chunk on A, then free it all on A.
     let blocks: Vec<_> = (0..8).map(|_| p.allocate(256 << 10, a).unwrap()).collect();
     assert_eq!(p.held_bytes(), 2 * MIB);
@@ -117,10 +114,7 @@ fn a_block_found_on_another_stream_is_the_one_served_after_taking_its_memory() {
     // ordered the streams and taken that memory, serves the request: the pool does not grow.
     let g = gpu();
     let p = chunked(&g, PoolOptions::default());
-    let (a, b) = (
-        g.stream_create(true).unwrap(),
-        g.stream_create(true).unwrap(),
-    );
+    let (a, b) = crate::common::two_streams(&g);
     const G: usize = 256;
     // One 2 MiB chunk on A, used up: 67 and 66 granules (one size class) kept apart by live
     // blocks, and the rest.
@@ -145,10 +139,7 @@ fn a_block_found_on_another_stream_is_the_one_served_after_taking_its_memory() {
 fn a_destroyed_source_stream_falls_back_to_a_synchronize() {
     let g = gpu();
     let p = pool(&g);
-    let (a, b) = (
-        g.stream_create(true).unwrap(),
-        g.stream_create(true).unwrap(),
-    );
+    let (a, b) = crate::common::two_streams(&g);
     let x = p.allocate(4096, a).unwrap();
     p.deallocate(x, 4096, a).unwrap();
     g.stream_destroy(a).unwrap();

@@ -142,10 +142,7 @@ fn the_end_of_the_segment_is_kept_for_what_nothing_below_fits() {
 fn frees_on_other_streams_are_ordered_and_the_release_waits_for_them() {
     let g = gpu();
     let p = pool(&g);
-    let (a, b) = (
-        g.stream_create(true).unwrap(),
-        g.stream_create(true).unwrap(),
-    );
+    let (a, b) = crate::common::two_streams(&g);
     let x = p.allocate(3 * MIB as usize, a).unwrap();
     g.memset_d8(x, 1, 3 * MIB as usize, Some(a)).unwrap();
     p.deallocate(x, 3 * MIB as usize, a).unwrap();

@@ -33,10 +33,7 @@ fn out_of_memory_gives_back_chunks_freed_on_other_streams() {
 fn release_gives_back_blocks_freed_on_another_stream_than_their_allocation() {
     let g = SimDriver::new(SimConfig::new(1).memory_per_device(GIB)).unwrap();
     let pool = PoolResource::new(CudaResource::new(g.clone()));
-    let (a, b) = (
-        g.stream_create(true).unwrap(),
-        g.stream_create(true).unwrap(),
-    );
+    let (a, b) = crate::common::two_streams(&g);
     let e = g.event_create().unwrap();
     let ptrs: Vec<_> = (0..8).map(|_| pool.allocate(8192, a).unwrap()).collect();
     g.event_record(e, a).unwrap();

@@ -127,10 +127,7 @@ fn segments_and_rounding_start_from_pytorchs() {
 fn stream_ordered_reuse_follows_the_pools_rules() {
     let g = gpu(GIB);
     let cache = cache_on(&g, ManagedLimit::Oversubscribe);
-    let (a, b) = (
-        g.stream_create(true).unwrap(),
-        g.stream_create(true).unwrap(),
-    );
+    let (a, b) = crate::common::two_streams(&g);
     let p = cache.allocate_placed(64 << 10, DEV, a).unwrap();
     g.device_access(p, 64 << 10, a, true).unwrap();
     cache.free(p, 64 << 10, a).unwrap();

@@ -1,6 +1,7 @@
 """Helpers of the GPU workloads: run a script's modes in fresh processes (an allocator must be
 chosen before a library's first allocation), device memory in use, results as JSON."""
 
+import argparse
 import json
 import os
 import subprocess
@@ -47,6 +48,21 @@ def run_modes(script, modes, out_dir, extra_env=None, timeout=240):
             results[mode] = {"error": "exit %s after %.1f s; see %s" % (rc, time.time() - t0, path[:-5] + ".log"),
                              "tail": log[-2000:]}
     return results
+
+
+def command_line(one):
+    """The command line of a workload script. `--mode M --json FILE`, as run_modes starts each
+    mode in a fresh process, runs that mode through `one(M, FILE)` and gives None; `OUT_DIR`
+    gives the folder, for the script to run and compare every mode."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out", nargs="?")
+    ap.add_argument("--mode")
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    if a.mode:
+        one(a.mode, a.json)
+        return None
+    return a.out
 
 
 def write_json(path, data):

@@ -13,7 +13,6 @@ usage: python3 cupy_workload.py OUT_DIR            (every mode, compare)
        python3 cupy_workload.py --mode emm|emm-python|cupy --json FILE
 """
 
-import argparse
 import hashlib
 import os
 import sys
@@ -76,17 +75,13 @@ def one(mode, path):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("out", nargs="?")
-    ap.add_argument("--mode")
-    ap.add_argument("--json")
-    a = ap.parse_args()
-    if a.mode:
-        return one(a.mode, a.json)
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import common
 
-    r = common.run_modes(os.path.abspath(__file__), ["cupy", "emm", "emm-python"], a.out)
+    out = common.command_line(one)
+    if out is None:
+        return None
+    r = common.run_modes(os.path.abspath(__file__), ["cupy", "emm", "emm-python"], out)
     e, c, p = r.get("emm", {}), r.get("cupy", {}), r.get("emm-python", {})
     summary = {"workload": "cupy", "results": r}
     if "digest" in e and "digest" in c:
@@ -96,7 +91,7 @@ def main():
         summary["time_ratio_emm_over_cupy"] = e["seconds"] / c["seconds"]
         if "seconds" in p:
             summary["time_ratio_emm_python_over_cupy"] = p["seconds"] / c["seconds"]
-    common.write_json(os.path.join(a.out, "cupy.json"), summary)
+    common.write_json(os.path.join(out, "cupy.json"), summary)
     print({k: v for k, v in summary.items() if k != "results"})
     return 0 if summary.get("same_results") else 1
 

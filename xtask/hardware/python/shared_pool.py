@@ -10,7 +10,6 @@ usage: python3 shared_pool.py OUT_DIR              (both modes in fresh processe
        python3 shared_pool.py --mode emm|own --json FILE
 """
 
-import argparse
 import os
 import sys
 import time
@@ -101,17 +100,13 @@ def one(mode, path):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("out", nargs="?")
-    ap.add_argument("--mode")
-    ap.add_argument("--json")
-    a = ap.parse_args()
-    if a.mode:
-        return one(a.mode, a.json)
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import common
 
-    r = common.run_modes(os.path.abspath(__file__), ["own", "emm"], a.out)
+    out = common.command_line(one)
+    if out is None:
+        return None
+    r = common.run_modes(os.path.abspath(__file__), ["own", "emm"], out)
     e, o = r.get("emm", {}), r.get("own", {})
     summary = {"workload": "numba+cupy+torch in one process", "results": r}
     if "peak_held" in e and "peak_held" in o:
@@ -121,7 +116,7 @@ def main():
         summary["peak_ratio_emm_over_own"] = e["peak_held"] / max(o["peak_held"], 1)
         summary["same_results"] = e["checks"] == o["checks"]
         summary["numba_used_emm"] = e.get("numba_manager") == "emm.numba"
-    common.write_json(os.path.join(a.out, "shared_pool.json"), summary)
+    common.write_json(os.path.join(out, "shared_pool.json"), summary)
     print({k: v for k, v in summary.items() if k != "results"})
     return 0 if summary.get("same_results") and summary.get("numba_used_emm") else 1
 

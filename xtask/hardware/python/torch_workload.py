@@ -7,7 +7,6 @@ usage: python3 torch_workload.py OUT_DIR            (both modes in fresh process
        python3 torch_workload.py --mode emm|torch --json FILE
 """
 
-import argparse
 import hashlib
 import os
 import sys
@@ -89,21 +88,17 @@ def median(xs):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("out", nargs="?")
-    ap.add_argument("--mode")
-    ap.add_argument("--json")
-    a = ap.parse_args()
-    if a.mode:
-        return one(a.mode, a.json)
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import common
 
+    out = common.command_line(one)
+    if out is None:
+        return None
     # A run of 300 steps takes under a second, and two runs of one mode differ by up to 15 %:
     # the modes alternate, each in ROUNDS fresh processes, and the ratio is of the medians.
     rounds = []
     for _ in range(ROUNDS):
-        rounds.append(common.run_modes(os.path.abspath(__file__), ["torch", "emm"], a.out))
+        rounds.append(common.run_modes(os.path.abspath(__file__), ["torch", "emm"], out))
     r = rounds[0]
     e, t = r.get("emm", {}), r.get("torch", {})
     summary = {"workload": "torch", "results": r}
@@ -115,7 +110,7 @@ def main():
         seconds = {m: sorted(x[m]["seconds"] for x in rounds if "seconds" in x.get(m, {})) for m in ("emm", "torch")}
         summary["seconds"] = seconds
         summary["time_ratio_emm_over_torch"] = median(seconds["emm"]) / median(seconds["torch"])
-    common.write_json(os.path.join(a.out, "torch.json"), summary)
+    common.write_json(os.path.join(out, "torch.json"), summary)
     print({k: v for k, v in summary.items() if k != "results"})
     return 0 if summary.get("same_results") else 1
 

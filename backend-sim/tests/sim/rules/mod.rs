@@ -8,6 +8,15 @@ fn gpu() -> SimDriver {
     SimDriver::new(SimConfig::new(1).memory_per_device(GIB)).unwrap()
 }
 
+/// Two non-blocking streams: nothing orders them with each other or with the legacy default
+/// stream.
+fn two_streams(g: &SimDriver) -> (StreamId, StreamId) {
+    (
+        g.stream_create(true).unwrap(),
+        g.stream_create(true).unwrap(),
+    )
+}
+
 fn code<T: std::fmt::Debug>(r: emm_core::DriverResult<T>) -> CudaCode {
     r.unwrap_err().code
 }

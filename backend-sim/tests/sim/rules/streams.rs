@@ -3,16 +3,18 @@
 
 use super::*;
 
-#[test]
-fn unordered_use_across_streams_is_a_race() {
-    let g = gpu();
-    let (s1, s2) = (
-        g.stream_create(true).unwrap(),
-        g.stream_create(true).unwrap(),
-    );
+/// Writes one allocation on `s1`, then on `s2`, with nothing ordering the two writes.
+fn write_on_both_unordered(g: &SimDriver, s1: StreamId, s2: StreamId) {
     let a = g.mem_alloc(4096).unwrap();
     g.memset_d8(a, 1, 4096, Some(s1)).unwrap();
     g.memset_d8(a, 2, 4096, Some(s2)).unwrap();
+}
+
+#[test]
+fn unordered_use_across_streams_is_a_race() {
+    let g = gpu();
+    let (s1, s2) = two_streams(&g);
+    write_on_both_unordered(&g, s1, s2);
     let races: Vec<_> = g.report().races().cloned().collect();
     assert_eq!(races.len(), 1, "{:?}", g.report());
     let text = races[0].to_string();
@@ -28,13 +30,8 @@ fn unordered_use_across_streams_is_a_race() {
 #[test]
 fn race_tracking_off_reports_no_race_and_keeps_no_clocks() {
     let g = SimDriver::new(SimConfig::new(1).track_races(false)).unwrap();
-    let (s1, s2) = (
-        g.stream_create(true).unwrap(),
-        g.stream_create(true).unwrap(),
-    );
-    let a = g.mem_alloc(4096).unwrap();
-    g.memset_d8(a, 1, 4096, Some(s1)).unwrap();
-    g.memset_d8(a, 2, 4096, Some(s2)).unwrap();
+    let (s1, s2) = two_streams(&g);
+    write_on_both_unordered(&g, s1, s2);
     assert_eq!(g.report().races().count(), 0, "{}", g.report());
     // Twenty thousand streams, each ordered after the one before: with clocks this took
     // minutes and gigabytes (each stream's clock held every stream before it).
@@ -54,10 +51,7 @@ fn race_tracking_off_reports_no_race_and_keeps_no_clocks() {
 #[test]
 fn an_event_wait_orders_streams() {
     let g = gpu();
-    let (s1, s2) = (
-        g.stream_create(true).unwrap(),
-        g.stream_create(true).unwrap(),
-    );
+    let (s1, s2) = two_streams(&g);
     let e = g.event_create().unwrap();
     let a = g.mem_alloc(4096).unwrap();
     g.memset_d8(a, 1, 4096, Some(s1)).unwrap();
@@ -81,10 +75,7 @@ fn an_event_wait_orders_streams() {
 #[test]
 fn a_synchronize_orders_streams() {
     let g = gpu();
-    let (s1, s2) = (
-        g.stream_create(true).unwrap(),
-        g.stream_create(true).unwrap(),
-    );
+    let (s1, s2) = two_streams(&g);
     let a = g.mem_alloc(4096).unwrap();
     g.memset_d8(a, 1, 4096, Some(s1)).unwrap();
     g.stream_synchronize(s1).unwrap();
@@ -108,10 +99,7 @@ fn the_legacy_default_stream_orders_blocking_streams_but_not_non_blocking_ones()
 #[test]
 fn stream_ordered_free_is_reusable_at_once_on_the_same_stream_only() {
     let g = gpu();
-    let (a, b) = (
-        g.stream_create(true).unwrap(),
-        g.stream_create(true).unwrap(),
-    );
+    let (a, b) = two_streams(&g);
     let p = g.mem_alloc_async(1 << 20, a).unwrap();
     g.mem_free_async(p, a).unwrap();
     let q = g.mem_alloc_async(1 << 20, b).unwrap();
@@ -136,10 +124,7 @@ fn stream_ordered_free_is_reusable_at_once_on_the_same_stream_only() {
 #[test]
 fn freeing_on_one_stream_while_another_uses_the_block_is_a_race() {
     let g = gpu();
-    let (a, b) = (
-        g.stream_create(true).unwrap(),
-        g.stream_create(true).unwrap(),
-    );
+    let (a, b) = two_streams(&g);
     let p = g.mem_alloc_async(4096, a).unwrap();
     g.memset_d8(p, 0, 4096, Some(b)).unwrap();
     g.mem_free_async(p, a).unwrap();
@@ -232,10 +217,7 @@ fn each_thread_has_its_own_per_thread_default_stream() {
 #[test]
 fn stream_ordered_memory_is_usable_elsewhere_only_after_its_allocation() {
     let g = gpu();
-    let (a, b) = (
-        g.stream_create(true).unwrap(),
-        g.stream_create(true).unwrap(),
-    );
+    let (a, b) = two_streams(&g);
     let p = g.mem_alloc_async(4096, a).unwrap();
     g.memset_d8(p, 1, 4096, Some(a)).unwrap();
     assert_eq!(g.report().races().count(), 0, "same stream: {}", g.report());

@@ -5,12 +5,11 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use emm_core::contract::{
-    Capabilities, DeferCleanupGuard, EmmError, EmmResult, Finalizer, HostMemory, IpcHandle,
-    ManagedMemory, ManagerFactory, ManagerTarget, MemoryInfo, MemoryManager, MemoryPointer,
-    PinOwner, INTERFACE_VERSION,
+    EmmError, EmmResult, Finalizer, IpcHandle, ManagerFactory, ManagerTarget, MemoryInfo,
+    MemoryManager, MemoryPointer, INTERFACE_VERSION,
 };
 use emm_core::managers::{DefaultManager, HostOnlyManager};
-use emm_core::{ContextId, DevicePtr, Driver, HostPtr, StreamId};
+use emm_core::{ContextId, DevicePtr, Driver};
 
 use super::block::{BlockResource, Flaw};
 
@@ -206,29 +205,16 @@ impl MemoryManager for Broken {
         }
     }
 
-    fn memhostalloc(
-        &self,
-        size: usize,
-        mapped: bool,
-        portable: bool,
-        wc: bool,
-    ) -> EmmResult<HostMemory> {
-        self.inner.memhostalloc(size, mapped, portable, wc)
-    }
-
-    fn mempin(
-        &self,
-        owner: Option<PinOwner>,
-        ptr: HostPtr,
-        size: usize,
-        mapped: bool,
-    ) -> EmmResult<HostMemory> {
-        self.inner.mempin(owner, ptr, size, mapped)
-    }
-
-    fn memallocmanaged(&self, size: usize, attach_global: bool) -> EmmResult<ManagedMemory> {
-        self.inner.memallocmanaged(size, attach_global)
-    }
+    // The host side and the stream-ordered extension are the wrapped manager's, unbroken.
+    emm_core::forward_manager_calls!(
+        inner: memhostalloc,
+        mempin,
+        memallocmanaged,
+        defer_cleanup,
+        capabilities,
+        memalloc_async,
+        memfree_async,
+    );
 
     fn get_memory_info(&self) -> EmmResult<MemoryInfo> {
         let i = self.inner.get_memory_info()?;
@@ -279,23 +265,7 @@ impl MemoryManager for Broken {
         }
     }
 
-    fn defer_cleanup(&self) -> DeferCleanupGuard {
-        self.inner.defer_cleanup()
-    }
-
     fn interface_version(&self) -> u32 {
         INTERFACE_VERSION
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-
-    fn memalloc_async(&self, size: usize, stream: StreamId) -> EmmResult<MemoryPointer> {
-        self.inner.memalloc_async(size, stream)
-    }
-
-    fn memfree_async(&self, memory: MemoryPointer, stream: StreamId) -> EmmResult<()> {
-        self.inner.memfree_async(memory, stream)
     }
 }

@@ -17,6 +17,7 @@
 //! RMM; [`RetryRequest::attempt`] lets it stop (`|r| r.attempt <= 3 && flush()`).
 
 use crate::driver::{DevicePtr, Driver, StreamId};
+use crate::mr::adaptor::Request;
 use crate::mr::{assert_resource, DeviceMemoryResource, MrError, MrResult, MIN_ALIGNMENT};
 
 /// What the callback is told about a failed allocation.
@@ -63,45 +64,24 @@ where
 
     #[cold]
     #[inline(never)]
-    fn retry(
-        &self,
-        mut error: MrError,
-        bytes: usize,
-        alignment: usize,
-        stream: StreamId,
-        alloc: impl Fn() -> MrResult<DevicePtr>,
-    ) -> MrResult<DevicePtr> {
+    fn retry(&self, mut error: MrError, request: Request) -> MrResult<DevicePtr> {
         let mut attempt = 1u32;
         loop {
-            let request = RetryRequest {
-                bytes,
-                alignment,
-                stream,
+            let retry = RetryRequest {
+                bytes: request.bytes,
+                alignment: request.alignment.unwrap_or(MIN_ALIGNMENT),
+                stream: request.stream,
                 attempt,
                 error: &error,
             };
-            if !(self.callback)(&request) {
+            if !(self.callback)(&retry) {
                 return Err(error);
             }
-            match alloc() {
+            match request.allocate_from(&self.upstream) {
                 Err(e) if e.is_out_of_memory() => error = e,
                 other => return other,
             }
             attempt = attempt.saturating_add(1);
-        }
-    }
-
-    #[inline]
-    fn allocate_with(
-        &self,
-        bytes: usize,
-        alignment: usize,
-        stream: StreamId,
-        alloc: impl Fn() -> MrResult<DevicePtr>,
-    ) -> MrResult<DevicePtr> {
-        match alloc() {
-            Err(e) if e.is_out_of_memory() => self.retry(e, bytes, alignment, stream, alloc),
-            other => other,
         }
     }
 }
@@ -126,24 +106,11 @@ where
     /// O(1) besides the upstream when it succeeds; each retry costs a callback and an
     /// upstream call.
     #[inline]
-    fn allocate(&self, bytes: usize, stream: StreamId) -> MrResult<DevicePtr> {
-        if bytes == 0 {
-            return Ok(DevicePtr::NULL);
+    fn allocate_request(&self, request: Request) -> MrResult<DevicePtr> {
+        match request.allocate_from(&self.upstream) {
+            Err(e) if e.is_out_of_memory() => self.retry(e, request),
+            other => other,
         }
-        self.allocate_with(bytes, MIN_ALIGNMENT, stream, || {
-            self.upstream.allocate(bytes, stream)
-        })
-    }
-
-    fn allocate_aligned(
-        &self,
-        bytes: usize,
-        alignment: usize,
-        stream: StreamId,
-    ) -> MrResult<DevicePtr> {
-        self.allocate_with(bytes, alignment, stream, || {
-            self.upstream.allocate_aligned(bytes, alignment, stream)
-        })
     }
 }
 

@@ -17,8 +17,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::driver::{DevicePtr, Driver, MemInfo, StreamId};
-use crate::mr::adaptor::align_up;
+use crate::driver::{DevicePtr, Driver, MemInfo};
+use crate::mr::adaptor::{align_up, Request};
 use crate::mr::{assert_resource, DeviceMemoryResource, MrError, MrResult, MIN_ALIGNMENT};
 
 /// Caps the bytes allocated through it; see the [module docs](self).
@@ -86,38 +86,6 @@ impl<Up: DeviceMemoryResource> LimitingAdaptor<Up> {
             .map(|_| size)
             .map_err(oom)
     }
-
-    fn allocate_with(
-        &self,
-        bytes: usize,
-        alloc: impl FnOnce() -> MrResult<DevicePtr>,
-    ) -> MrResult<DevicePtr> {
-        let size = self.reserve(bytes)?;
-        alloc().inspect_err(|_| {
-            self.allocated.fetch_sub(size, Ordering::AcqRel);
-        })
-    }
-
-    fn free_with(
-        &self,
-        ptr: DevicePtr,
-        bytes: usize,
-        free: impl FnOnce() -> MrResult<()>,
-    ) -> MrResult<()> {
-        if ptr == DevicePtr::NULL && bytes == 0 {
-            return Ok(());
-        }
-        free()?;
-        // Saturating: a wrong size the upstream cannot detect must not wrap the count and
-        // refuse every later allocation.
-        let size = align_up(bytes as u64, MIN_ALIGNMENT as u64).unwrap_or(u64::MAX);
-        let _ = self
-            .allocated
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |a| {
-                Some(a.saturating_sub(size))
-            });
-        Ok(())
-    }
 }
 
 impl<Up: DeviceMemoryResource> super::Adaptor for LimitingAdaptor<Up> {
@@ -135,43 +103,25 @@ impl<Up: DeviceMemoryResource> super::Adaptor for LimitingAdaptor<Up> {
     ///
     /// O(1) besides the upstream.
     #[inline]
-    fn allocate(&self, bytes: usize, stream: StreamId) -> MrResult<DevicePtr> {
-        if bytes == 0 {
-            return Ok(DevicePtr::NULL);
-        }
-        self.allocate_with(bytes, || self.upstream.allocate(bytes, stream))
+    fn allocate_request(&self, request: Request) -> MrResult<DevicePtr> {
+        let size = self.reserve(request.bytes)?;
+        request.allocate_from(&self.upstream).inspect_err(|_| {
+            self.allocated.fetch_sub(size, Ordering::AcqRel);
+        })
     }
 
     #[inline]
-    fn deallocate(&self, ptr: DevicePtr, bytes: usize, stream: StreamId) -> MrResult<()> {
-        self.free_with(ptr, bytes, || self.upstream.deallocate(ptr, bytes, stream))
-    }
-
-    fn allocate_aligned(
-        &self,
-        bytes: usize,
-        alignment: usize,
-        stream: StreamId,
-    ) -> MrResult<DevicePtr> {
-        if bytes == 0 {
-            return self.upstream.allocate_aligned(0, alignment, stream);
-        }
-        self.allocate_with(bytes, || {
-            self.upstream.allocate_aligned(bytes, alignment, stream)
-        })
-    }
-
-    fn deallocate_aligned(
-        &self,
-        ptr: DevicePtr,
-        bytes: usize,
-        alignment: usize,
-        stream: StreamId,
-    ) -> MrResult<()> {
-        self.free_with(ptr, bytes, || {
-            self.upstream
-                .deallocate_aligned(ptr, bytes, alignment, stream)
-        })
+    fn deallocate_request(&self, ptr: DevicePtr, request: Request) -> MrResult<()> {
+        request.deallocate_to(&self.upstream, ptr)?;
+        // Saturating: a wrong size the upstream cannot detect must not wrap the count and
+        // refuse every later allocation.
+        let size = align_up(request.bytes as u64, MIN_ALIGNMENT as u64).unwrap_or(u64::MAX);
+        let _ = self
+            .allocated
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |a| {
+                Some(a.saturating_sub(size))
+            });
+        Ok(())
     }
 
     /// The limit as total and what is left of it as free, each capped by what the upstream

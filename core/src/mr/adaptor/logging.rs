@@ -34,7 +34,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::driver::{DevicePtr, Driver, StreamId};
-use crate::mr::adaptor::lock;
+use crate::mr::adaptor::{lock, Request};
 use crate::mr::event_log::{LogAction, LogEvent, HEADER, MICROS_PER_DAY};
 use crate::mr::{assert_resource, DeviceMemoryResource, MrResult};
 
@@ -241,40 +241,6 @@ impl<Up: DeviceMemoryResource, W: Write + Send> LoggingAdaptor<Up, W> {
             sink.error = Some(e);
         }
     }
-
-    fn allocate_with(
-        &self,
-        bytes: usize,
-        stream: StreamId,
-        alloc: impl FnOnce() -> MrResult<DevicePtr>,
-    ) -> MrResult<DevicePtr> {
-        match alloc() {
-            Ok(ptr) => {
-                self.log(LogAction::Allocate, ptr, bytes, stream);
-                Ok(ptr)
-            }
-            Err(e) => {
-                self.log(LogAction::AllocateFailure, DevicePtr::NULL, bytes, stream);
-                Err(e)
-            }
-        }
-    }
-
-    fn free_with(
-        &self,
-        ptr: DevicePtr,
-        bytes: usize,
-        stream: StreamId,
-        free: impl FnOnce() -> MrResult<()>,
-    ) -> MrResult<()> {
-        if ptr == DevicePtr::NULL && bytes == 0 {
-            return Ok(());
-        }
-        // Logged first, as RMM does: once the upstream has the memory back, another thread
-        // may be handed the same pointer and log its allocation.
-        self.log(LogAction::Free, ptr, bytes, stream);
-        free()
-    }
 }
 
 impl<Up: DeviceMemoryResource, W: Write + Send> super::Adaptor for LoggingAdaptor<Up, W> {
@@ -291,44 +257,25 @@ impl<Up: DeviceMemoryResource, W: Write + Send> super::Adaptor for LoggingAdapto
     /// # Time complexity
     ///
     /// O(1) besides the upstream and the writer: one lock, one formatted line.
-    fn allocate(&self, bytes: usize, stream: StreamId) -> MrResult<DevicePtr> {
-        if bytes == 0 {
-            return Ok(DevicePtr::NULL);
+    fn allocate_request(&self, request: Request) -> MrResult<DevicePtr> {
+        let Request { bytes, stream, .. } = request;
+        match request.allocate_from(&self.upstream) {
+            Ok(ptr) => {
+                self.log(LogAction::Allocate, ptr, bytes, stream);
+                Ok(ptr)
+            }
+            Err(e) => {
+                self.log(LogAction::AllocateFailure, DevicePtr::NULL, bytes, stream);
+                Err(e)
+            }
         }
-        self.allocate_with(bytes, stream, || self.upstream.allocate(bytes, stream))
     }
 
-    fn deallocate(&self, ptr: DevicePtr, bytes: usize, stream: StreamId) -> MrResult<()> {
-        self.free_with(ptr, bytes, stream, || {
-            self.upstream.deallocate(ptr, bytes, stream)
-        })
-    }
-
-    fn allocate_aligned(
-        &self,
-        bytes: usize,
-        alignment: usize,
-        stream: StreamId,
-    ) -> MrResult<DevicePtr> {
-        if bytes == 0 {
-            return self.upstream.allocate_aligned(0, alignment, stream);
-        }
-        self.allocate_with(bytes, stream, || {
-            self.upstream.allocate_aligned(bytes, alignment, stream)
-        })
-    }
-
-    fn deallocate_aligned(
-        &self,
-        ptr: DevicePtr,
-        bytes: usize,
-        alignment: usize,
-        stream: StreamId,
-    ) -> MrResult<()> {
-        self.free_with(ptr, bytes, stream, || {
-            self.upstream
-                .deallocate_aligned(ptr, bytes, alignment, stream)
-        })
+    fn deallocate_request(&self, ptr: DevicePtr, request: Request) -> MrResult<()> {
+        // Logged first, as RMM does: once the upstream has the memory back, another thread
+        // may be handed the same pointer and log its allocation.
+        self.log(LogAction::Free, ptr, request.bytes, request.stream);
+        request.deallocate_to(&self.upstream, ptr)
     }
 }
 

@@ -53,14 +53,72 @@ pub use tracking::{LeakReport, OutstandingAllocation, TrackingAdaptor};
 use std::sync::{Mutex, MutexGuard};
 
 use crate::driver::{DevicePtr, Driver, MemInfo, StreamId};
-use crate::mr::{DeviceMemoryResource, MrResult};
+use crate::mr::{DeviceMemoryResource, MrResult, MIN_ALIGNMENT};
+
+/// One allocation or free as it reaches an adaptor: the plain call (`alignment` is `None`) or
+/// the aligned one, so that an adaptor writes its behaviour once for both and still hands the
+/// upstream the call it was given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Request {
+    /// The size asked for.
+    pub bytes: usize,
+    /// The alignment of an aligned call; `None` for the plain call.
+    pub alignment: Option<usize>,
+    /// The stream the memory is allocated or freed on.
+    pub stream: StreamId,
+}
+
+impl Request {
+    /// The alignment the memory has at least: the one asked for, and never below
+    /// [`MIN_ALIGNMENT`].
+    #[inline]
+    pub fn effective_alignment(&self) -> usize {
+        self.alignment.unwrap_or(MIN_ALIGNMENT).max(MIN_ALIGNMENT)
+    }
+
+    /// Allocates from `upstream` with the call this request came as.
+    ///
+    /// # Errors
+    ///
+    /// The upstream's.
+    #[inline]
+    pub fn allocate_from<R: DeviceMemoryResource + ?Sized>(
+        &self,
+        upstream: &R,
+    ) -> MrResult<DevicePtr> {
+        match self.alignment {
+            None => upstream.allocate(self.bytes, self.stream),
+            Some(alignment) => upstream.allocate_aligned(self.bytes, alignment, self.stream),
+        }
+    }
+
+    /// Frees `ptr` to `upstream` with the call this request came as.
+    ///
+    /// # Errors
+    ///
+    /// The upstream's.
+    #[inline]
+    pub fn deallocate_to<R: DeviceMemoryResource + ?Sized>(
+        &self,
+        upstream: &R,
+        ptr: DevicePtr,
+    ) -> MrResult<()> {
+        match self.alignment {
+            None => upstream.deallocate(ptr, self.bytes, self.stream),
+            Some(alignment) => upstream.deallocate_aligned(ptr, self.bytes, alignment, self.stream),
+        }
+    }
+}
 
 /// The base of an adaptor over a [`DeviceMemoryResource`]: every call it does not change goes
 /// to its upstream unchanged, so an adaptor writes only what it adds.
 ///
 /// Implementing it makes the adaptor a [`DeviceMemoryResource`] (by the blanket impl below).
-/// The defaults keep [`crate::mr`]'s rules for adaptors: the memory calls, `memory_info`,
-/// `release` and `driver` go to the upstream; `is_equal` is true only for the same adaptor
+/// The defaults keep [`crate::mr`]'s rules for adaptors: `allocate(0)` and the free of
+/// `(DevicePtr::NULL, 0)` never reach the adaptor's own code; every other allocation and free,
+/// plain or aligned, reaches [`Adaptor::allocate_request`] and [`Adaptor::deallocate_request`]
+/// as one [`Request`], which by default go to the upstream unchanged, as do `memory_info`,
+/// `release` and `driver`; `is_equal` is true only for the same adaptor
 /// object (its state belongs to it); `driver_backed` is false (an adaptor counts, limits or logs
 /// on the way); `chunk_moves` is not counted (`None`).
 ///
@@ -77,31 +135,77 @@ pub trait Adaptor: Send + Sync {
     /// As [`DeviceMemoryResource::name`]: the adaptor's own name.
     fn name(&self) -> &'static str;
 
-    /// As [`DeviceMemoryResource::allocate`].
+    /// What the adaptor does with an allocation of at least one byte: by default, only the
+    /// upstream's. An adaptor that counts, limits, logs or retries overrides this one method
+    /// and reaches its upstream through [`Request::allocate_from`], so the plain and the aligned
+    /// call share its code.
     ///
     /// # Errors
     ///
     /// The upstream's, by default.
+    #[inline]
+    fn allocate_request(&self, request: Request) -> MrResult<DevicePtr> {
+        request.allocate_from(self.upstream())
+    }
+
+    /// What the adaptor does with a free other than the no-op `(DevicePtr::NULL, 0)`: by
+    /// default, only the upstream's. The counterpart of [`Adaptor::allocate_request`], reaching
+    /// the upstream through [`Request::deallocate_to`].
+    ///
+    /// # Errors
+    ///
+    /// The upstream's, by default.
+    #[inline]
+    fn deallocate_request(&self, ptr: DevicePtr, request: Request) -> MrResult<()> {
+        request.deallocate_to(self.upstream(), ptr)
+    }
+
+    /// As [`DeviceMemoryResource::allocate`]: `allocate(0)` is [`DevicePtr::NULL`] without
+    /// touching the upstream; any other size goes to [`Adaptor::allocate_request`].
+    ///
+    /// # Errors
+    ///
+    /// Those of [`Adaptor::allocate_request`].
     #[inline]
     fn allocate(&self, bytes: usize, stream: StreamId) -> MrResult<DevicePtr> {
-        self.upstream().allocate(bytes, stream)
+        if bytes == 0 {
+            return Ok(DevicePtr::NULL);
+        }
+        self.allocate_request(Request {
+            bytes,
+            alignment: None,
+            stream,
+        })
     }
 
-    /// As [`DeviceMemoryResource::deallocate`].
+    /// As [`DeviceMemoryResource::deallocate`]: `(DevicePtr::NULL, 0)` is a no-op; any other
+    /// free goes to [`Adaptor::deallocate_request`].
     ///
     /// # Errors
     ///
-    /// The upstream's, by default.
+    /// Those of [`Adaptor::deallocate_request`].
     #[inline]
     fn deallocate(&self, ptr: DevicePtr, bytes: usize, stream: StreamId) -> MrResult<()> {
-        self.upstream().deallocate(ptr, bytes, stream)
+        if ptr == DevicePtr::NULL && bytes == 0 {
+            return Ok(());
+        }
+        self.deallocate_request(
+            ptr,
+            Request {
+                bytes,
+                alignment: None,
+                stream,
+            },
+        )
     }
 
-    /// As [`DeviceMemoryResource::allocate_aligned`].
+    /// As [`DeviceMemoryResource::allocate_aligned`]: 0 bytes go to the upstream unchanged (it
+    /// judges the alignment and counts nothing); any other size goes to
+    /// [`Adaptor::allocate_request`].
     ///
     /// # Errors
     ///
-    /// The upstream's, by default.
+    /// Those of [`Adaptor::allocate_request`].
     #[inline]
     fn allocate_aligned(
         &self,
@@ -109,14 +213,22 @@ pub trait Adaptor: Send + Sync {
         alignment: usize,
         stream: StreamId,
     ) -> MrResult<DevicePtr> {
-        self.upstream().allocate_aligned(bytes, alignment, stream)
+        if bytes == 0 {
+            return self.upstream().allocate_aligned(0, alignment, stream);
+        }
+        self.allocate_request(Request {
+            bytes,
+            alignment: Some(alignment),
+            stream,
+        })
     }
 
-    /// As [`DeviceMemoryResource::deallocate_aligned`].
+    /// As [`DeviceMemoryResource::deallocate_aligned`]: `(DevicePtr::NULL, 0)` is a no-op; any
+    /// other free goes to [`Adaptor::deallocate_request`].
     ///
     /// # Errors
     ///
-    /// The upstream's, by default.
+    /// Those of [`Adaptor::deallocate_request`].
     #[inline]
     fn deallocate_aligned(
         &self,
@@ -125,8 +237,17 @@ pub trait Adaptor: Send + Sync {
         alignment: usize,
         stream: StreamId,
     ) -> MrResult<()> {
-        self.upstream()
-            .deallocate_aligned(ptr, bytes, alignment, stream)
+        if ptr == DevicePtr::NULL && bytes == 0 {
+            return Ok(());
+        }
+        self.deallocate_request(
+            ptr,
+            Request {
+                bytes,
+                alignment: Some(alignment),
+                stream,
+            },
+        )
     }
 
     /// As [`DeviceMemoryResource::is_equal`]: by default, only the same adaptor object.

@@ -16,6 +16,7 @@
 
 use crate::attribution::CallerScope;
 use crate::driver::{DevicePtr, Driver, Location, StreamId};
+use crate::mr::adaptor::Request;
 use crate::mr::{assert_resource, DeviceMemoryResource, MrError, MrResult};
 
 /// Prefetches new managed allocations to the device; see the [module docs](self).
@@ -46,32 +47,6 @@ impl<Up: DeviceMemoryResource> PrefetchAdaptor<Up> {
         driver.mem_prefetch(ptr, bytes, Location::Device(device), stream)?;
         Ok(())
     }
-
-    fn allocate_with(
-        &self,
-        bytes: usize,
-        stream: StreamId,
-        alloc: impl FnOnce() -> MrResult<DevicePtr>,
-        free: impl FnOnce(DevicePtr) -> MrResult<()>,
-    ) -> MrResult<DevicePtr> {
-        let ptr = alloc()?;
-        match self.prefetch(ptr, bytes, stream) {
-            Ok(()) => Ok(ptr),
-            Err(e) => {
-                // Rollback. If even the free fails, say so: that memory is lost to the caller.
-                match free(ptr) {
-                    Ok(()) => Err(e),
-                    Err(f) => Err(MrError::InvalidArgument {
-                        resource: "PrefetchAdaptor",
-                        reason: format!(
-                            "prefetching {ptr} failed ({e}) and giving it back to the upstream \
-                             failed too ({f}); is the upstream handing out managed memory?"
-                        ),
-                    }),
-                }
-            }
-        }
-    }
 }
 
 impl<Up: DeviceMemoryResource> super::Adaptor for PrefetchAdaptor<Up> {
@@ -88,36 +63,22 @@ impl<Up: DeviceMemoryResource> super::Adaptor for PrefetchAdaptor<Up> {
     /// # Time complexity
     ///
     /// O(1) besides the upstream: three driver calls that queue the migration.
-    fn allocate(&self, bytes: usize, stream: StreamId) -> MrResult<DevicePtr> {
-        if bytes == 0 {
-            return Ok(DevicePtr::NULL);
+    fn allocate_request(&self, request: Request) -> MrResult<DevicePtr> {
+        let ptr = request.allocate_from(&self.upstream)?;
+        let Err(e) = self.prefetch(ptr, request.bytes, request.stream) else {
+            return Ok(ptr);
+        };
+        // Rollback. If even the free fails, say so: that memory is lost to the caller.
+        match request.deallocate_to(&self.upstream, ptr) {
+            Ok(()) => Err(e),
+            Err(f) => Err(MrError::InvalidArgument {
+                resource: "PrefetchAdaptor",
+                reason: format!(
+                    "prefetching {ptr} failed ({e}) and giving it back to the upstream failed \
+                     too ({f}); is the upstream handing out managed memory?"
+                ),
+            }),
         }
-        self.allocate_with(
-            bytes,
-            stream,
-            || self.upstream.allocate(bytes, stream),
-            |p| self.upstream.deallocate(p, bytes, stream),
-        )
-    }
-
-    fn allocate_aligned(
-        &self,
-        bytes: usize,
-        alignment: usize,
-        stream: StreamId,
-    ) -> MrResult<DevicePtr> {
-        if bytes == 0 {
-            return self.upstream.allocate_aligned(0, alignment, stream);
-        }
-        self.allocate_with(
-            bytes,
-            stream,
-            || self.upstream.allocate_aligned(bytes, alignment, stream),
-            |p| {
-                self.upstream
-                    .deallocate_aligned(p, bytes, alignment, stream)
-            },
-        )
     }
 }
 

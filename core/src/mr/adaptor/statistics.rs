@@ -22,8 +22,8 @@
 use std::ops::AddAssign;
 use std::sync::Mutex;
 
-use crate::driver::{DevicePtr, Driver, StreamId};
-use crate::mr::adaptor::lock;
+use crate::driver::{DevicePtr, Driver};
+use crate::mr::adaptor::{lock, Request};
 use crate::mr::{assert_resource, DeviceMemoryResource, MrError, MrResult};
 
 /// One counted quantity: its current value, the highest it reached, and the sum of all
@@ -183,19 +183,6 @@ impl<Up: DeviceMemoryResource> StatisticsAdaptor<Up> {
             top.allocations.value = top.allocations.value.saturating_add(1);
         }
     }
-
-    fn free_with(
-        &self,
-        ptr: DevicePtr,
-        bytes: usize,
-        free: impl FnOnce() -> MrResult<()>,
-    ) -> MrResult<()> {
-        if ptr == DevicePtr::NULL && bytes == 0 {
-            return Ok(());
-        }
-        self.uncount(bytes);
-        free().inspect_err(|_| self.recount(bytes))
-    }
 }
 
 /// Bytes as a counter value; sizes past `i64::MAX` cannot be allocated, so this saturates.
@@ -219,44 +206,18 @@ impl<Up: DeviceMemoryResource> super::Adaptor for StatisticsAdaptor<Up> {
     ///
     /// O(1) besides the upstream: one lock, four additions.
     #[inline]
-    fn allocate(&self, bytes: usize, stream: StreamId) -> MrResult<DevicePtr> {
-        if bytes == 0 {
-            return Ok(DevicePtr::NULL);
-        }
-        let ptr = self.upstream.allocate(bytes, stream)?;
-        self.count_allocation(bytes);
+    fn allocate_request(&self, request: Request) -> MrResult<DevicePtr> {
+        let ptr = request.allocate_from(&self.upstream)?;
+        self.count_allocation(request.bytes);
         Ok(ptr)
     }
 
     #[inline]
-    fn deallocate(&self, ptr: DevicePtr, bytes: usize, stream: StreamId) -> MrResult<()> {
-        self.free_with(ptr, bytes, || self.upstream.deallocate(ptr, bytes, stream))
-    }
-
-    fn allocate_aligned(
-        &self,
-        bytes: usize,
-        alignment: usize,
-        stream: StreamId,
-    ) -> MrResult<DevicePtr> {
-        let ptr = self.upstream.allocate_aligned(bytes, alignment, stream)?;
-        if bytes != 0 {
-            self.count_allocation(bytes);
-        }
-        Ok(ptr)
-    }
-
-    fn deallocate_aligned(
-        &self,
-        ptr: DevicePtr,
-        bytes: usize,
-        alignment: usize,
-        stream: StreamId,
-    ) -> MrResult<()> {
-        self.free_with(ptr, bytes, || {
-            self.upstream
-                .deallocate_aligned(ptr, bytes, alignment, stream)
-        })
+    fn deallocate_request(&self, ptr: DevicePtr, request: Request) -> MrResult<()> {
+        self.uncount(request.bytes);
+        request
+            .deallocate_to(&self.upstream, ptr)
+            .inspect_err(|_| self.recount(request.bytes))
     }
 }
 

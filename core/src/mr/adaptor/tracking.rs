@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::driver::{DevicePtr, Driver, StreamId};
-use crate::mr::adaptor::lock;
+use crate::mr::adaptor::{lock, Request};
 use crate::mr::{assert_resource, DeviceMemoryResource, MrError, MrResult, MIN_ALIGNMENT};
 use crate::units::Bytes;
 
@@ -185,15 +185,25 @@ impl<Up: DeviceMemoryResource> TrackingAdaptor<Up> {
             allocations: self.outstanding(),
         }
     }
+}
 
-    fn allocate_with(
-        &self,
-        bytes: usize,
-        alignment: usize,
-        stream: StreamId,
-        alloc: impl FnOnce() -> MrResult<DevicePtr>,
-    ) -> MrResult<DevicePtr> {
-        let ptr = alloc()?;
+impl<Up: DeviceMemoryResource> super::Adaptor for TrackingAdaptor<Up> {
+    type Upstream = Up;
+
+    fn upstream(&self) -> &Up {
+        &self.upstream
+    }
+
+    fn name(&self) -> &'static str {
+        "TrackingAdaptor"
+    }
+
+    /// # Time complexity
+    ///
+    /// O(1) expected besides the upstream (one hash insert), plus a backtrace capture when on.
+    fn allocate_request(&self, request: Request) -> MrResult<DevicePtr> {
+        let ptr = request.allocate_from(&self.upstream)?;
+        let bytes = request.bytes;
         let backtrace = self
             .capture_backtraces
             .then(|| Arc::new(Backtrace::force_capture()));
@@ -204,8 +214,8 @@ impl<Up: DeviceMemoryResource> TrackingAdaptor<Up> {
             ptr.0,
             Entry {
                 bytes: bytes as u64,
-                alignment: alignment.max(MIN_ALIGNMENT),
-                stream,
+                alignment: request.effective_alignment(),
+                stream: request.stream,
                 sequence,
                 backtrace,
             },
@@ -213,16 +223,12 @@ impl<Up: DeviceMemoryResource> TrackingAdaptor<Up> {
         Ok(ptr)
     }
 
-    fn free_with(
-        &self,
-        ptr: DevicePtr,
-        bytes: usize,
-        alignment: usize,
-        free: impl FnOnce() -> MrResult<()>,
-    ) -> MrResult<()> {
-        if ptr == DevicePtr::NULL && bytes == 0 {
-            return Ok(());
-        }
+    /// # Time complexity
+    ///
+    /// O(1) expected besides the upstream (one hash lookup and remove).
+    fn deallocate_request(&self, ptr: DevicePtr, request: Request) -> MrResult<()> {
+        let bytes = request.bytes;
+        let alignment = request.alignment.unwrap_or(MIN_ALIGNMENT);
         let entry = {
             let mut t = lock(&self.table);
             let refuse = |reason: String| MrError::InvalidFree {
@@ -246,7 +252,7 @@ impl<Up: DeviceMemoryResource> TrackingAdaptor<Up> {
                         e.sequence, e.stream, e.bytes
                     )))
                 }
-                Some(e) if e.alignment != alignment.max(MIN_ALIGNMENT) => {
+                Some(e) if e.alignment != request.effective_alignment() => {
                     return Err(refuse(format!(
                         "wrong alignment: allocation #{} on {} was aligned to {} bytes but is \
                          freed as aligned to {alignment}; free it as it was allocated",
@@ -258,72 +264,12 @@ impl<Up: DeviceMemoryResource> TrackingAdaptor<Up> {
             t.bytes -= bytes as u64;
             t.live.remove(&ptr.0)
         };
-        free().inspect_err(|_| {
+        request.deallocate_to(&self.upstream, ptr).inspect_err(|_| {
             if let Some(e) = entry {
                 let mut t = lock(&self.table);
                 t.bytes += e.bytes;
                 t.live.insert(ptr.0, e);
             }
-        })
-    }
-}
-
-impl<Up: DeviceMemoryResource> super::Adaptor for TrackingAdaptor<Up> {
-    type Upstream = Up;
-
-    fn upstream(&self) -> &Up {
-        &self.upstream
-    }
-
-    fn name(&self) -> &'static str {
-        "TrackingAdaptor"
-    }
-
-    /// # Time complexity
-    ///
-    /// O(1) expected besides the upstream (one hash insert), plus a backtrace capture when on.
-    fn allocate(&self, bytes: usize, stream: StreamId) -> MrResult<DevicePtr> {
-        if bytes == 0 {
-            return Ok(DevicePtr::NULL);
-        }
-        self.allocate_with(bytes, MIN_ALIGNMENT, stream, || {
-            self.upstream.allocate(bytes, stream)
-        })
-    }
-
-    /// # Time complexity
-    ///
-    /// O(1) expected besides the upstream (one hash lookup and remove).
-    fn deallocate(&self, ptr: DevicePtr, bytes: usize, stream: StreamId) -> MrResult<()> {
-        self.free_with(ptr, bytes, MIN_ALIGNMENT, || {
-            self.upstream.deallocate(ptr, bytes, stream)
-        })
-    }
-
-    fn allocate_aligned(
-        &self,
-        bytes: usize,
-        alignment: usize,
-        stream: StreamId,
-    ) -> MrResult<DevicePtr> {
-        if bytes == 0 {
-            return self.upstream.allocate_aligned(0, alignment, stream);
-        }
-        self.allocate_with(bytes, alignment, stream, || {
-            self.upstream.allocate_aligned(bytes, alignment, stream)
-        })
-    }
-
-    fn deallocate_aligned(
-        &self,
-        ptr: DevicePtr,
-        bytes: usize,
-        alignment: usize,
-        stream: StreamId,
-    ) -> MrResult<()> {
-        self.free_with(ptr, bytes, alignment, || {
-            self.upstream
-                .deallocate_aligned(ptr, bytes, alignment, stream)
         })
     }
 }

@@ -198,10 +198,7 @@ pub fn mixed_random_allocations(r: &dyn DeviceMemoryResource, g: &SimDriver, see
 /// The producer allocates and writes on stream A; the consumer waits on A's event, reads on B
 /// and frees on B.
 pub fn producer_and_consumer_on_two_streams(r: &dyn DeviceMemoryResource, g: &SimDriver) {
-    let (a, b) = (
-        g.stream_create(true).unwrap(),
-        g.stream_create(true).unwrap(),
-    );
+    let (a, b) = crate::common::two_streams(g);
     let done = g.event_create().unwrap();
     let mut sent = Vec::new();
     for i in 0..8u8 {

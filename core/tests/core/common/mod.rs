@@ -8,6 +8,15 @@ use emm_core::mr::{DeviceMemoryResource, MrError, MrResult};
 use emm_core::{DevicePtr, Driver, MemInfo, StreamId};
 use emm_sim::SimDriver;
 
+/// Two non-blocking streams: nothing orders them with each other or with the legacy default
+/// stream.
+pub fn two_streams(g: &SimDriver) -> (StreamId, StreamId) {
+    (
+        g.stream_create(true).unwrap(),
+        g.stream_create(true).unwrap(),
+    )
+}
+
 /// Hands out 256-byte-aligned slices of one driver allocation (a bump suballocator, the
 /// simplest "pool"); frees are only counted. No `memory_info`.
 pub struct BumpResource {
