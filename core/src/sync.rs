@@ -43,20 +43,21 @@ pub(crate) use loom_thread_local as thread_local;
 /// allocate and free. Measured on an H100 host (the `host_floor` example),
 /// every locked instruction costs 9–10 ns there: a std lock + unlock pair 20.5 ns, a
 /// compare-and-swap lock with a plain release store to unlock 10.5. So the lock is *biased*:
-/// the first thread to take it owns it and locks with plain stores and loads, no locked
-/// instruction at all, until another thread wants it (JVM-style biased locking; the fences
-/// follow folly's asymmetric thread fence). Then that thread revokes the bias: it marks the
-/// lock revoking, makes every thread of the process run a full memory barrier with
-/// `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)` (a few microseconds), and waits for the owner
-/// to leave; from then on everyone takes it with one compare-and-swap and unlocks with a
-/// release store — until its first owner takes it 4096 times in a row, which gives it the bias
-/// back. Only the first owner ever holds the bias: all owners announce themselves in one
-/// `busy` flag, and a former owner that read the bias just before it was revoked still stores
-/// and clears that flag once; were another thread the owner by then, the clear would hide it
-/// from the next revoker and two threads would hold the lock at once. A pool used by one
-/// thread — the common case, and every one-thread benchmark — never pays a locked
-/// instruction; a shared one pays one barrier call when its bias goes; a per-thread shard that
-/// another thread visits now and then (a steal) is its owner's again soon after. Where `membarrier` is missing (not Linux, a kernel before
+/// everyone takes it with one compare-and-swap and unlocks with a release store until one
+/// thread has taken it 4096 times in a row; that thread becomes its owner and locks with plain
+/// stores and loads, no locked instruction at all, until another thread wants it (JVM-style
+/// biased locking; the fences follow folly's asymmetric thread fence). Then that thread revokes
+/// the bias: it marks the lock revoking, makes every thread of the process run a full memory
+/// barrier with `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)` (a few microseconds), and waits
+/// for the owner to leave; from then on it is the compare-and-swap again, until the owner takes
+/// it 4096 times in a row, which gives it the bias back. One thread only is ever the owner: all
+/// owners would announce themselves in one `busy` flag, and a former owner that read the bias
+/// just before it was revoked still stores and clears that flag once; were another thread the
+/// owner by then, the clear would hide it from the next revoker and two threads would hold the
+/// lock at once. A pool used by one thread — the common case, and every one-thread benchmark —
+/// pays a locked instruction only on its first 4096 calls; a shared one pays one barrier call
+/// when its bias goes; a per-thread shard that another thread visits now and then (a steal, a
+/// growth that locks every shard) is its owner's again soon after. Where `membarrier` is missing (not Linux, a kernel before
 /// 4.14, a seccomp filter), locks are never biased; `EMM_LOCK_BIAS=0` in the environment turns
 /// biasing off too.
 ///
@@ -84,8 +85,8 @@ mod spin {
     const REVOKING: u64 = 2;
     /// Thread numbers start here, above the states.
     const FIRST_THREAD: u64 = 3;
-    /// The first owner, taking a revoked lock this many times in a row with no other thread in
-    /// between, owns it again: on the H100 host, 16 threads of the sharded pool spent
+    /// A thread taking the lock this many times in a row with no other thread in between
+    /// becomes its owner, or its owner again: on the H100 host, 16 threads of the sharded pool spent
     /// 9.5 % of their time in the revoked lock's compare-and-swap path (W1, `perf`), their
     /// shards' biases taken by a steal each.
     /// A revocation costs a `membarrier` (microseconds); so many uncontended acquisitions
@@ -132,15 +133,17 @@ mod spin {
     #[derive(Default)]
     pub(crate) struct SpinMutex<T> {
         /// [`UNBIASED`], the owner's thread number, [`REVOKING`] or [`REVOKED`]; it moves in
-        /// that order, and from [`REVOKED`] back to an owner only by a thread holding `locked`
-        /// ([`Self::settle_bias`]).
+        /// that order, and from [`UNBIASED`] or [`REVOKED`] to the owner only by the owner
+        /// holding `locked` ([`Self::settle_bias`]).
         bias: AtomicU64,
         /// Set by the owner while it holds the lock through its bias.
         busy: AtomicBool,
         /// The lock once the bias is revoked.
         locked: AtomicBool,
-        /// The one thread the bias is ever given to: the first to take the lock.
-        first: AtomicU64,
+        /// The one thread the bias is ever given to (the first to take the lock
+        /// [`REBIAS_AFTER`] times in a row), or [`UNBIASED`] before; written and read only while
+        /// holding `locked`.
+        owner: AtomicU64,
         /// The thread that last took `locked`, and how many times in a row (both written only
         /// while holding it).
         last: AtomicU64,
@@ -160,7 +163,7 @@ mod spin {
                 bias: AtomicU64::new(UNBIASED),
                 busy: AtomicBool::new(false),
                 locked: AtomicBool::new(false),
-                first: AtomicU64::new(UNBIASED),
+                owner: AtomicU64::new(UNBIASED),
                 last: AtomicU64::new(UNBIASED),
                 streak: AtomicU64::new(0),
                 value: UnsafeCell::new(value),
@@ -207,7 +210,7 @@ mod spin {
             let mut waited = 0;
             loop {
                 match self.bias.load(Ordering::Acquire) {
-                    REVOKED => {
+                    REVOKED | UNBIASED => {
                         self.lock_flag();
                         self.settle_bias(me);
                         return SpinGuard {
@@ -216,17 +219,6 @@ mod spin {
                         };
                     }
                     REVOKING => back_off(&mut waited),
-                    UNBIASED => {
-                        let claim = if membarrier::available() { me } else { REVOKED };
-                        // Losing the race is fine: the next turn sees the winner's claim.
-                        if self
-                            .bias
-                            .compare_exchange(UNBIASED, claim, Ordering::AcqRel, Ordering::Acquire)
-                            .is_ok()
-                        {
-                            self.first.store(me, Ordering::Relaxed);
-                        }
-                    }
                     owner if owner == me => {
                         if self.enter_biased(me) {
                             return SpinGuard {
@@ -260,8 +252,8 @@ mod spin {
         }
 
         /// With `locked` held by `me`: makes sure no owner is inside through a bias, and gives
-        /// `me` the bias back after [`REBIAS_AFTER`] acquisitions in a row when it was the
-        /// first owner (see the note on `spin` for why no other thread).
+        /// `me` the bias after [`REBIAS_AFTER`] acquisitions in a row when it is the lock's
+        /// owner, or the lock has none yet (see the note on `spin` for why no other thread).
         ///
         /// An owner may have been given the bias back since `me` read [`REVOKED`]; it could
         /// be inside now, so `me` revokes it as any thread would (or waits for a revoker that
@@ -284,12 +276,12 @@ mod spin {
                 self.last.store(me, Ordering::Relaxed);
                 1
             };
-            // `first` is stored right after the claim, before `me` could take `locked` after a
-            // revocation: a thread never reads another's claim as its own.
+            let owner = self.owner.load(Ordering::Relaxed);
             if streak >= REBIAS_AFTER
-                && self.first.load(Ordering::Relaxed) == me
+                && (owner == me || owner == UNBIASED)
                 && membarrier::available()
             {
+                self.owner.store(me, Ordering::Relaxed);
                 self.streak.store(0, Ordering::Relaxed);
                 // Seen by `me`'s next `lock` at once; another thread revokes it as above.
                 self.bias.store(me, Ordering::Release);
@@ -500,7 +492,10 @@ mod spin {
             let a = {
                 let (m, inside) = (m.clone(), inside.clone());
                 std::thread::spawn(move || {
-                    *m.lock() += 1;
+                    for _ in 0..REBIAS_AFTER {
+                        *m.lock() += 1;
+                    }
+                    assert!(m.is_biased(), "{REBIAS_AFTER} in a row make A the owner");
                     PAUSE.with(|p| {
                         *p.borrow_mut() = Some(Box::new(move || {
                             paused.send(()).unwrap();
@@ -529,7 +524,7 @@ mod spin {
             drop(g);
             a.join()
                 .expect("the former owner saw the lock held by two threads");
-            assert_eq!(*m.lock(), REBIAS_AFTER + 4);
+            assert_eq!(*m.lock(), 2 * REBIAS_AFTER + 3);
         }
 
         #[test]
@@ -560,10 +555,14 @@ mod spin {
 
         #[test]
         fn a_second_thread_revokes_the_bias_and_waits_for_the_owner() {
+            use super::{membarrier, REBIAS_AFTER};
             let m = Arc::new(SpinMutex::new(0u64));
             let owner_inside = Arc::new(AtomicBool::new(false));
-            *m.lock() += 1;
+            for _ in 0..REBIAS_AFTER - 1 {
+                *m.lock() += 1;
+            }
             let g = m.lock();
+            assert_eq!(m.is_biased(), membarrier::available());
             owner_inside.store(true, Ordering::Relaxed);
             let other = {
                 let (m, owner_inside) = (m.clone(), owner_inside.clone());
@@ -571,7 +570,7 @@ mod spin {
                     let mut g = m.lock();
                     // The owner left before this thread got in, and its writes are seen.
                     assert!(!owner_inside.load(Ordering::Relaxed));
-                    assert_eq!(*g, 2);
+                    assert_eq!(*g, REBIAS_AFTER);
                     *g += 1;
                 })
             };
@@ -584,7 +583,7 @@ mod spin {
             assert!(!m.is_biased());
             // The former owner now takes the lock as everyone does.
             *m.lock() += 1;
-            assert_eq!(*m.lock(), 4);
+            assert_eq!(*m.lock(), REBIAS_AFTER + 2);
             assert!(format!("{m:?}").contains("revoked"));
         }
 
@@ -593,7 +592,9 @@ mod spin {
             for _ in 0..20 {
                 let m = Arc::new(SpinMutex::new((0u64, 0u64)));
                 // This thread owns the bias while the others arrive and revoke it.
-                m.lock().0 += 0;
+                for _ in 0..super::REBIAS_AFTER {
+                    m.lock().0 += 0;
+                }
                 let others: Vec<_> = (0..3)
                     .map(|_| {
                         let m = m.clone();
@@ -612,7 +613,10 @@ mod spin {
         fn a_thread_that_takes_a_revoked_lock_many_times_in_a_row_owns_it_again() {
             use super::{membarrier, REBIAS_AFTER};
             let m = Arc::new(SpinMutex::new(0u64));
-            *m.lock() += 1;
+            for _ in 0..REBIAS_AFTER {
+                *m.lock() += 1;
+            }
+            assert_eq!(m.is_biased(), membarrier::available());
             let visit = |m: &Arc<SpinMutex<u64>>| {
                 let m = m.clone();
                 std::thread::spawn(move || *m.lock() += 1).join().unwrap();
@@ -628,13 +632,40 @@ mod spin {
             // Another thread takes it away again, after the owner's writes.
             visit(&m);
             assert!(!m.is_biased());
-            assert_eq!(*m.lock(), 3 + REBIAS_AFTER);
+            assert_eq!(*m.lock(), 2 + 2 * REBIAS_AFTER);
+        }
+
+        #[test]
+        fn the_owner_is_the_thread_that_uses_the_lock_not_the_first_to_touch_it() {
+            use super::{membarrier, REBIAS_AFTER};
+            // A constructor's thread (or a growth that locks every shard) takes it once; the
+            // thread that uses it becomes its owner, and nobody else after that.
+            let m = Arc::new(SpinMutex::new(0u64));
+            *m.lock() += 1;
+            assert!(!m.is_biased());
+            let user = {
+                let m = m.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..REBIAS_AFTER {
+                        *m.lock() += 1;
+                    }
+                    m.is_biased()
+                })
+            };
+            assert_eq!(user.join().unwrap(), membarrier::available());
+            // This thread revokes it and, however long its streak, never owns it.
+            for _ in 0..3 * REBIAS_AFTER {
+                *m.lock() += 1;
+            }
+            assert!(!m.is_biased());
+            assert_eq!(*m.lock(), 1 + 4 * REBIAS_AFTER);
         }
 
         #[test]
         fn owners_come_and_go_and_never_share_the_lock() {
-            // Bursts longer than REBIAS_AFTER with pauses between: the first owner takes the
-            // bias back after its bursts, and the next burst of another revokes it.
+            // Bursts longer than REBIAS_AFTER with pauses between: the owner (the first thread
+            // with such a burst) takes the bias back after its bursts, and the next burst of
+            // another revokes it.
             let m = Arc::new(SpinMutex::new((0u64, 0u64)));
             let threads: Vec<_> = (0..4)
                 .map(|_| {
