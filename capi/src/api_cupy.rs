@@ -10,7 +10,7 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 
 use crate::boundary::call;
 use crate::last_error;
-use crate::runtime::{runtime, Runtime};
+use crate::runtime::runtime;
 use crate::status::EmmStatus;
 
 /// What `emm_cupy_malloc` returns after raising an exception in the caller: `(void *)-1`,
@@ -110,14 +110,6 @@ pub extern "C" fn emm_cupy_free(hooks: *const EmmCupyHooks, ptr: *mut c_void, de
     call(
         "emm_cupy_free",
         |_| (),
-        || {
-            let r = runtime()?;
-            let addr = ptr as u64;
-            let freed = match r.take(addr, r.device(device).ok()) {
-                Some((_, live)) => Runtime::release(live, None),
-                None => Err(r.unknown("emm_cupy_free", addr)),
-            };
-            freed.inspect_err(|e| eprintln!("emm: {e}"))
-        },
+        || runtime()?.free_from_hook("emm_cupy_free", ptr as u64, device, None),
     );
 }

@@ -6,7 +6,7 @@ use std::ffi::{c_int, c_void};
 
 use crate::api_config::{cudaStream_t, ssize_t};
 use crate::boundary::call;
-use crate::runtime::{runtime, Runtime};
+use crate::runtime::runtime;
 use crate::status::CapiError;
 
 /// Allocates `size` bytes on `device`, ordered on `stream`; NULL on failure, with the cause in
@@ -55,18 +55,7 @@ pub extern "C" fn emm_torch_free(
             if ptr.is_null() {
                 return Ok(());
             }
-            let r = runtime()?;
-            let addr = ptr as u64;
-            // The pointer decides which device's memory it is: the device PyTorch names is
-            // only a hint (another device's, or none this process sees, must not leak it).
-            let hint = r.device(device).ok();
-            let freed = match r.take(addr, hint) {
-                // A stream that cannot be resolved on that device must not leak the memory
-                // either: it is then freed on its own.
-                Some((d, live)) => Runtime::release(live, r.stream(stream, d).ok()),
-                None => Err(r.unknown("emm_torch_free", addr)),
-            };
-            freed.inspect_err(|e| eprintln!("emm: {e}"))
+            runtime()?.free_from_hook("emm_torch_free", ptr as u64, device, Some(stream))
         },
     );
 }

@@ -362,6 +362,29 @@ impl Runtime {
         }
     }
 
+    /// Frees the allocation at `addr` for a hook that cannot report a failure (PyTorch's and
+    /// CuPy's frees): the pointer decides the device, `device` is only a hint (another
+    /// device's ordinal, or one this process does not see, must not leak it). A stream-ordered
+    /// allocation is freed on `stream` when it resolves on that device, else on its own.
+    /// A failure (an unknown pointer) is returned and written to stderr.
+    ///
+    /// # Errors
+    ///
+    /// `UnknownPointer`; the manager's (the memory is then released by its finalizer).
+    pub(crate) fn free_from_hook(
+        &self,
+        function: &str,
+        addr: u64,
+        device: i32,
+        stream: Option<*mut c_void>,
+    ) -> CapiResult<()> {
+        let freed = match self.take(addr, self.device(device).ok()) {
+            Some((d, live)) => Self::release(live, stream.and_then(|s| self.stream(s, d).ok())),
+            None => Err(self.unknown(function, addr)),
+        };
+        freed.inspect_err(|e| eprintln!("emm: {e}"))
+    }
+
     /// The error for an address that is no live allocation.
     pub(crate) fn unknown(&self, function: &str, addr: u64) -> CapiError {
         let inside = (0..self.devices.len() as u32).find_map(|d| {
