@@ -6,9 +6,10 @@ use emm_core::contract::EmmError;
 use emm_core::mr::LogHealth;
 use serde::Serialize;
 
+use crate::boundary::lock;
 use crate::boundary::{call, status, write_out};
 use crate::live::Stats;
-use crate::runtime::{lock, runtime};
+use crate::runtime::runtime;
 use crate::status::{CapiError, EmmStatus};
 
 /// Writes free and total memory of `device` to `*free` and `*total`: the manager's answer, or

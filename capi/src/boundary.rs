@@ -3,9 +3,16 @@
 //! crosses the boundary.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Mutex, MutexGuard};
 
 use crate::last_error;
 use crate::status::{CapiError, EmmStatus};
+
+/// Locks `m`, recovering it after a panic [`call`] caught (every table stays consistent between
+/// statements, so a poisoned lock holds valid data).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     let what = payload

@@ -13,6 +13,7 @@ use emm_core::mr::LogHealth;
 use emm_core::{ContextId, DeviceId, Driver, StreamId};
 
 use crate::backend::Backend;
+use crate::boundary::lock;
 use crate::buffers::Buffers;
 use crate::chain_factory::ChainFactory;
 use crate::host_table::HostEntry;
@@ -46,12 +47,6 @@ pub(crate) struct Runtime {
     pub(crate) buffers: Buffers,
     deferrals: Mutex<BTreeMap<u64, DeferCleanupGuard>>,
     next_token: AtomicU64,
-}
-
-/// Locks `m`, recovering it after a panic elsewhere (every table stays consistent between
-/// statements, so a poisoned lock holds valid data).
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The factory for `spec` on a machine of `n` devices.

@@ -94,31 +94,6 @@ pub(crate) fn make_driver(cuda: &Option<Arc<dyn Driver>>) -> Result<Arc<dyn Driv
     }
 }
 
-/// Runs `emm bench`; `quiet` shows no progress and no notes.
-pub fn run(a: BenchArgs, quiet: bool) -> i32 {
-    let plan = parse(a, quiet);
-    let cuda = match plan.backend.as_str() {
-        "cuda" => match emm_cuda::CudaDriver::new() {
-            Ok(d) => Some(Arc::new(d) as Arc<dyn Driver>),
-            Err(e) => {
-                eprintln!("emm bench: {e}");
-                return EXIT_CANNOT_RUN;
-            }
-        },
-        _ => None,
-    };
-    if let Some(dir) = plan.report.clone() {
-        return super::bench_run::report(&plan, &cuda, &dir);
-    }
-    if let Some(devices) = &plan.devices {
-        return super::bench_run::devices(&plan, devices);
-    }
-    if let Some(threads) = &plan.threads {
-        return super::bench_run::threads(&plan, &cuda, threads);
-    }
-    single(&plan, &cuda)
-}
-
 /// The device's name, for tables and titles.
 pub fn device_name(driver: &dyn Driver) -> String {
     driver
@@ -186,7 +161,7 @@ pub fn single_results(
     Ok((out, failed))
 }
 
-fn single(plan: &Plan, cuda: &Option<Arc<dyn Driver>>) -> i32 {
+pub(crate) fn single(plan: &Plan, cuda: &Option<Arc<dyn Driver>>) -> i32 {
     let cells = plan.resources.len() * plan.workloads.len();
     let bar = Bar::new(cells as u64, "runs", plan.quiet);
     match single_results(

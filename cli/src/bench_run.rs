@@ -1,11 +1,13 @@
-//! The modes of `emm bench` beyond one thread: `--threads`, `--devices` and `--report`.
+//! `emm bench` from its command line: one thread ([`bench`](super::bench)), or the modes
+//! beyond one thread: `--threads`, `--devices` and `--report`.
 
 use std::path::Path;
 use std::sync::Arc;
 
 use emm_core::Driver;
 
-use super::bench::{device_name, make_driver, single_results, Plan};
+use super::args::BenchArgs;
+use super::bench::{device_name, make_driver, parse, single, single_results, Plan};
 use super::bench_measure::{self as measure};
 use super::bench_peers::parse_peers;
 use super::bench_report::Collected;
@@ -24,6 +26,31 @@ const TIMELINE_RESOURCES: [&str; 4] = ["pool", "pool-vmm", "sharded", "binning"]
 /// Resources and counts of the holes chart.
 const HOLES_RESOURCES: [&str; 4] = ["pool", "pool-vmm", "sharded", "arena"];
 const HOLES: [usize; 6] = [1, 10, 100, 1_000, 10_000, 100_000];
+
+/// Runs `emm bench`; `quiet` shows no progress and no notes.
+pub fn run(a: BenchArgs, quiet: bool) -> i32 {
+    let plan = parse(a, quiet);
+    let cuda = match plan.backend.as_str() {
+        "cuda" => match emm_cuda::CudaDriver::new() {
+            Ok(d) => Some(Arc::new(d) as Arc<dyn Driver>),
+            Err(e) => {
+                eprintln!("emm bench: {e}");
+                return EXIT_CANNOT_RUN;
+            }
+        },
+        _ => None,
+    };
+    if let Some(dir) = plan.report.clone() {
+        return report(&plan, &cuda, &dir);
+    }
+    if let Some(ids) = &plan.devices {
+        return devices(&plan, ids);
+    }
+    if let Some(counts) = &plan.threads {
+        return threads(&plan, &cuda, counts);
+    }
+    single(&plan, &cuda)
+}
 
 fn exit(failed: bool) -> i32 {
     if failed {

@@ -17,7 +17,8 @@ pub use super::args::{MAX_CASES, MAX_OPS};
 use super::progress::{on_stderr, use_color};
 use super::{backend, resolve_plugin, EXIT_CANNOT_RUN, EXIT_FAIL, EXIT_PASS};
 use emm_conformance::config::{seed_from, Config, ProgressFn, DEFAULT_REGRESSIONS, SEED_VAR};
-use emm_conformance::replay::{load, replay};
+use emm_conformance::replay::load;
+use emm_conformance::runner::replay;
 use emm_conformance::verdict::record_of;
 
 /// Runs `emm check`; `quiet` draws no progress bar.

@@ -11,8 +11,8 @@
 //! - [`check`]: `emm check <plugin>`.
 //! - [`list`]: `emm list`.
 //! - [`replay`]: `emm replay <log.csv>`.
-//! - [`bench`](mod@bench): `emm bench`; [`bench_threads`] its many-threads mode, [`bench_report`] its
-//!   `--report` folder (extra measurements in [`bench_measure`], the peers' figures in
+//! - [`bench`](mod@bench): `emm bench`'s plan and one-thread runs; `bench_run` chooses the mode;
+//!   [`bench_threads`] the many-threads mode, [`bench_report`] the `--report` folder (extra measurements in [`bench_measure`], the peers' figures in
 //!   [`bench_peers`], JSON, markdown and SVG charts).
 //! - [`sweep`]: `emm sweep`.
 //! - [`soak`]: `emm soak`.
@@ -96,7 +96,7 @@ fn run(argv: impl IntoIterator<Item = OsString>) -> i32 {
         Commands::Check(a) => check::run(a, quiet),
         Commands::List(a) => list::run(a),
         Commands::Replay(a) => replay::run(a),
-        Commands::Bench(a) => bench::run(a, quiet),
+        Commands::Bench(a) => bench_run::run(a, quiet),
         Commands::Sweep(a) => sweep::run(a, quiet),
         Commands::Soak(a) => soak::run(a, quiet),
     }

@@ -20,9 +20,10 @@
 //! - [`strategy`]: the weights cases are drawn with, and the fixed scenarios.
 //! - [`sandboxed`]: [`sandboxed::Sandboxed`], a wasm plugin's factory whose statistics the
 //!   suite checks.
-//! - [`runner`]: [`check`]: parallel cases, shrinking, regression files.
+//! - [`runner`]: [`check`]: parallel cases, shrinking; [`runner::replay`] runs a regression
+//!   file's case again.
 //! - [`report`]: [`Report`]: table and JSON.
-//! - [`replay`]: regression files and [`replay::replay`].
+//! - [`replay`]: regression files, written and read.
 //! - [`config`]: [`Config`]: depth, seed (`EMM_SEED`), backend.
 //! - [`coverage`]: [`coverage::Coverage`]: what a run exercised; checks it could not exercise are skipped.
 //! - [`backend`]: [`Backend`] and [`Observes`]: where cases run and what is seen there.

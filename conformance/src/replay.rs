@@ -1,16 +1,12 @@
-//! Regression files: a failure's shrunk case written as JSON, and [`replay`], which runs it
-//! again and gives the same verdict (the simulator is deterministic from the machine's seed).
+//! Regression files: a failure's shrunk case written as JSON ([`save`], [`load`]);
+//! [`crate::runner::replay`] runs one again and gives the same verdict (the simulator is
+//! deterministic from the machine's seed).
 
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use emm_core::contract::ManagerFactory;
 use serde::{Deserialize, Serialize};
 
-use crate::backend::Backend;
-use crate::checks::CheckId;
-use crate::runner::run_case;
-use crate::sut::Finding;
 use crate::transition::Op;
 
 /// One failure, as written to a regression file.
@@ -88,38 +84,5 @@ pub fn load(path: &Path) -> Result<Regression, String> {
             "{} is not a regression file of emm check: {e}",
             path.display()
         )
-    })
-}
-
-/// What replaying a regression gave.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Verdict {
-    /// The check the file records.
-    pub recorded: Option<CheckId>,
-    /// The failure the replay gave (`None`: the case passes now).
-    pub finding: Option<Finding>,
-}
-
-impl Verdict {
-    /// Whether the replay failed the check the file records.
-    pub fn reproduced(&self) -> bool {
-        self.finding.as_ref().map(|f| f.check) == self.recorded && self.recorded.is_some()
-    }
-}
-
-/// Runs the regression's operations on a machine seeded as the original was.
-///
-/// # Errors
-///
-/// The machine or the plugin cannot be had.
-pub fn replay(
-    factory: &dyn ManagerFactory,
-    backend: &dyn Backend,
-    r: &Regression,
-) -> Result<Verdict, String> {
-    let finding = run_case(factory, backend, r.machine_seed, &r.ops).map_err(|e| e.0)?;
-    Ok(Verdict {
-        recorded: CheckId::from_name(&r.check),
-        finding,
     })
 }

@@ -69,6 +69,39 @@ pub fn run_case_covered(
     }
 }
 
+/// What replaying a regression gave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    /// The check the file records.
+    pub recorded: Option<CheckId>,
+    /// The failure the replay gave (`None`: the case passes now).
+    pub finding: Option<Finding>,
+}
+
+impl Verdict {
+    /// Whether the replay failed the check the file records.
+    pub fn reproduced(&self) -> bool {
+        self.finding.as_ref().map(|f| f.check) == self.recorded && self.recorded.is_some()
+    }
+}
+
+/// Runs the regression's operations on a machine seeded as the original was.
+///
+/// # Errors
+///
+/// The machine or the plugin cannot be had.
+pub fn replay(
+    factory: &dyn ManagerFactory,
+    backend: &dyn Backend,
+    r: &Regression,
+) -> Result<Verdict, String> {
+    let finding = run_case(factory, backend, r.machine_seed, &r.ops).map_err(|e| e.0)?;
+    Ok(Verdict {
+        recorded: CheckId::from_name(&r.check),
+        finding,
+    })
+}
+
 /// The seed of case `index` of a run seeded with `seed`.
 pub fn case_seed(seed: u64, index: usize) -> u64 {
     mix(seed ^ mix(index as u64))

@@ -7,7 +7,14 @@
 //! allocation at that address (no aligned allocation can start there, but the fallback resource
 //! is not ours to trust) is kept beside the table.
 
-use crate::registry::Live;
+/// A live allocation: its size as requested and where it came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Live {
+    /// Bytes requested.
+    pub size: u64,
+    /// The chunk handle, or [`FALLBACK`](crate::registry::FALLBACK) for the fallback resource.
+    pub origin: u32,
+}
 
 /// The free-slot marker: odd, so no allocation aligned to 256 bytes starts there.
 const EMPTY: u64 = u64::MAX;

@@ -14,19 +14,10 @@ use crate::abi::{Answer, MAX_CHUNK_HANDLE};
 pub(crate) use crate::chunk::Chunk;
 use crate::chunk::GRANULE_SHIFT;
 use crate::fault::{host_bug, PluginFault, Rule};
-use crate::live_map::LiveMap;
+use crate::live_map::{Live, LiveMap};
 
 /// The `origin` of an allocation served by the fallback resource rather than a chunk.
 pub(crate) const FALLBACK: u32 = 0;
-
-/// A live allocation: its size as requested and where it came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Live {
-    /// Bytes requested.
-    pub size: u64,
-    /// The chunk handle, or [`FALLBACK`].
-    pub origin: u32,
-}
 
 /// What the host knows, independent of the guest. Handles are dense (`1..`), reused after a
 /// chunk is returned, so a guest can index arrays with them.

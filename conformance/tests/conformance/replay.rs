@@ -4,7 +4,8 @@ use crate::zoo;
 
 use std::path::PathBuf;
 
-use emm_conformance::replay::{load, replay};
+use emm_conformance::replay::load;
+use emm_conformance::runner::replay;
 use emm_conformance::{check, CheckId, Config, SimBackend};
 use emm_core::managers::DefaultManager;
 use zoo::{Bug, ZooFactory};

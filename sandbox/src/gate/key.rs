@@ -137,7 +137,7 @@ impl GateKey {
         };
         let key = GateKey(random_bytes().map_err(|e| io(path, e))?);
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            super::store::create_dirs(dir, 0o700).map_err(|e| io(dir, e))?;
+            super::folders::create_dirs(dir, 0o700).map_err(|e| io(dir, e))?;
         }
         let tmp = path.with_extension(format!("tmp{}", std::process::id()));
         let _ = std::fs::remove_file(&tmp);

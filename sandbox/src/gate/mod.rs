@@ -38,6 +38,7 @@ pub mod check_verdict;
 pub mod content_hash;
 pub mod depth;
 pub mod error;
+mod folders;
 pub mod key;
 pub mod mode;
 pub mod policy;

@@ -19,6 +19,7 @@ use std::io::{ErrorKind, Write};
 use std::path::{Path, PathBuf};
 
 use super::error::GateError;
+use super::folders::create_dirs;
 use super::key::{GateKey, KEY_VAR};
 use super::record::VerdictRecord;
 use super::stored_record::StoredRecord;
@@ -243,21 +244,6 @@ fn judge(record: VerdictRecord, key: &GateKey, subject: &Subject) -> Result<Verd
         ));
     }
     Ok(record)
-}
-
-/// Creates `dir` (and its parents) if missing; the folders made get `mode` (on Unix): 0755 for
-/// the store, 0700 for the folder of the gate's key.
-pub(super) fn create_dirs(dir: &Path, mode: u32) -> std::io::Result<()> {
-    let mut builder = std::fs::DirBuilder::new();
-    builder.recursive(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::DirBuilderExt;
-        builder.mode(mode);
-    }
-    #[cfg(not(unix))]
-    let _ = mode;
-    builder.create(dir)
 }
 
 /// Refuses `dir` when it is not a folder, or when its group or others may write it: whoever

@@ -40,8 +40,8 @@
 //! - [`stream_map`]: per-stream state found by stream handle in constant time.
 //! - [`growth`]: how much a pool asks its upstream for when it must grow.
 //! - [`segment`]: an expandable segment: one reserved range grown by mapping memory at its end,
-//!   its free handles unmapped.
-//! - [`segment_unmap`]: giving back a segment's free handles anywhere, mapping them again.
+//!   its free handles unmapped; `segment::unmap` gives back free handles anywhere and maps
+//!   them again.
 //! - [`granules`]: which granules of a segment are mapped, and when to unmap free ones.
 //! - [`pool_backing`]: where a pool's memory comes from: chunks or a segment.
 
@@ -59,7 +59,6 @@ pub(crate) mod pool_backing;
 pub(crate) mod record;
 pub(crate) mod record_space;
 pub(crate) mod segment;
-pub(crate) mod segment_unmap;
 pub(crate) mod stream_map;
 pub(crate) mod stream_order;
 pub(crate) mod tlsf;

@@ -1,7 +1,7 @@
 //! [`ExpandableSegment`]: one reserved virtual address range that a pool grows by mapping
 //! physical memory at its end, and whose physical memory follows the live blocks — an
 //! expandable segment, as PyTorch's `expandable_segments`, that also gives back the middle of
-//! its range (`segment_unmap`).
+//! its range ([`unmap`]).
 //!
 //! Chunks from an upstream are separate allocations: a free block at the end of one never
 //! merges with a free block at the start of the next, and that boundary is where a pool's
@@ -17,14 +17,16 @@ use crate::error::{CudaCode, DriverError, DriverResult};
 use crate::mr::detail::granules::{handle_bytes, GranuleMap, TrimPolicy};
 use crate::mr::detail::heap::{CoalescingHeap, SlabFull};
 use crate::mr::detail::heap_holes::Holes;
-use crate::mr::detail::segment_unmap::{Give, Pending};
 use crate::mr::detail::stream_order::StreamOrder;
 use crate::mr::pool_options::Growth;
 use crate::mr::{MrError, MrResult};
 use crate::units::Bytes;
+use unmap::{Give, Pending};
+
+mod unmap;
 
 /// While a segment grows, it maps up to this over live bytes, in parts per thousand, before it
-/// gives free memory back (`segment_unmap`).
+/// gives free memory back ([`unmap`]).
 const SLACK_PERMILLE: u64 = 10;
 
 /// One reserved range, the memory mapped in it and the holes waiting to be unmapped.
@@ -37,7 +39,7 @@ pub(crate) struct ExpandableSegment {
     pub(super) end: u64,
     /// Holes carved but still mapped, each batch with the event that says the device is
     /// done with it (`None`: the caller synchronized).
-    pub(super) pending: Vec<Pending>,
+    pending: Vec<Pending>,
     /// The rest, apart: see [`SEGMENT_BYTES`].
     pub(super) more: Box<SegmentMaps>,
 }
@@ -356,7 +358,7 @@ impl ExpandableSegment {
     /// block and not its own wilderness fit, by mapping memory: first takes the wilderness
     /// another stream left (ordering `stream` after it), so that a growth merges with it;
     /// gives back free blocks' memory when a look is due, then fills a hole or grows
-    /// (`segment_unmap`); when the device or the reservation is short, synchronizes, takes
+    /// ([`unmap`]); when the device or the reservation is short, synchronizes, takes
     /// every stream's free blocks, gives back the memory of those below the free end if that
     /// lets the request map what it lacks, and maps exactly that. Returns the block's address.
     ///

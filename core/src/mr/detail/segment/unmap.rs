@@ -47,7 +47,7 @@ use crate::mr::detail::heap::{CoalescingHeap, UNMAPPED};
 use crate::mr::detail::heap_holes::FreeRun;
 use crate::mr::detail::record::NIL;
 
-use super::segment::ExpandableSegment;
+use super::ExpandableSegment;
 
 /// Which free blocks [`ExpandableSegment::trim`] gives the handles of back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
