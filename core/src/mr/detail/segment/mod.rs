@@ -445,6 +445,10 @@ impl ExpandableSegment {
             keep: window.map_or((0, 0), |w| (w.start, w.start + size)),
         };
         let _ = self.trim(driver, heap, false, give);
+        // What the trim carved moves to the request only once the device is done with it.
+        if excess > 0 {
+            self.wait_pending(driver, heap);
+        }
         let filled = self.fill_for(driver, heap, slot, size, room, false);
         let mut grown = match filled {
             Ok(true) => Ok(()),
