@@ -100,7 +100,14 @@ fn mdbook(root: &Path) -> Result<PathBuf, Failure> {
             return Ok(candidate);
         }
     }
-    let mut install = cargo(["install", "mdbook", "--locked", "--no-default-features"]);
+    // Quiet: it may compile beside the workspace's build, whose progress is the one to read.
+    let mut install = cargo([
+        "install",
+        "mdbook",
+        "--locked",
+        "--no-default-features",
+        "--quiet",
+    ]);
     install
         .args(["--version", MDBOOK_VERSION, "--root"])
         .arg(root.join("target/tools"))

@@ -183,7 +183,9 @@ fn test() -> Result<(), Failure> {
     // The sandbox's tests load these; they fail (not skip) without them.
     wasm()?;
     run("fmt", cargo(["fmt", "--all", "--check"]))?;
-    docs::docs(false)?;
+    // The book (and the mdBook it may first compile, ~40 s) beside the workspace's build: on
+    // two cores the build leaves one idle for much of its time.
+    let book = std::thread::spawn(|| docs::docs(false));
     run(
         "fmt plugins",
         cargo([
@@ -215,6 +217,10 @@ fn test() -> Result<(), Failure> {
             ]),
         )?,
     }
+    book.join().map_err(|_| Failure {
+        step: "docs".to_owned(),
+        reason: "the book's thread panicked".to_owned(),
+    })??;
     let lints = lints.as_ref();
     if has_nextest() {
         run(
