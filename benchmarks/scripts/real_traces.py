@@ -17,6 +17,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 TRACES = ("transformer-train", "llm-decode", "cnn-varsize", "finetune-checkpoint")
 GPU_ALLOCATORS = ("caching", "expandable", "pool", "pool-vmm", "pool-vmm-tight")
 SIM_RESOURCES = ("pool", "pool-vmm", "pool-vmm-tight")
+# The row of benchmarks/data/runs.csv that says how GPU_RESULTS.json was made.
+RUN = "h200-traces"
 
 
 def main():
@@ -27,7 +29,7 @@ def main():
     for trace in TRACES:
         by = {r["allocator"]: r for r in runs if r["workload"] == trace}
         live = by["caching"]["peak_live_bytes"]
-        row = {"trace": trace, "events": by.get("caching (recording its trace)", {}).get("trace_events", ""),
+        row = {"run": RUN, "trace": trace, "events": by.get("caching (recording its trace)", {}).get("trace_events", ""),
                "peak_live_gib": "%.2f" % (live / 2**30), "gpu": by["caching"]["device"],
                "torch": by["caching"]["torch"]}
         c = by["caching"]

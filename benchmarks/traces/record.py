@@ -226,6 +226,8 @@ def main():
         "smi_used_mib_first": polled[0] if polled else None,
         "smi_used_mib_peak": max(polled) if polled else None,
         "smi_samples": len(polled),
+        # Every reading, 20 ms apart: device memory used through the run, for the charts.
+        "smi_used_mib_samples": polled,
         "device": torch.cuda.get_device_name(),
         "torch": torch.__version__,
     }
