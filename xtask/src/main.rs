@@ -34,6 +34,7 @@ use std::process::{Command, ExitCode, Stdio};
 mod assets;
 mod docs;
 mod hardware;
+mod layers;
 mod lints;
 mod packaging;
 mod reliability;
@@ -45,7 +46,8 @@ usage: cargo xtask <command> [args...]
 
 commands:
   test             install the targets and components the build needs, build the wasm
-                   plugins, then cargo fmt --check, cargo clippy -D warnings, the
+                   plugins, then cargo fmt --check, the layers check, cargo clippy
+                   -D warnings, the
                    workspace tests, the Python package installed from ./capi into a fresh
                    venv and its tests, cargo package of every crate, a downstream cudarc
                    crate's check, the demo (from the dev build), and the loom model
@@ -60,6 +62,8 @@ commands:
                    args are passed to it), then the conformance suite against every built-in
                    manager and the example wasm plugins
   bench            run the benchmarks (emm-sim)
+  layers           check that no two modules of a crate import each other, directly or
+                   through others (crate:: and super:: paths; a child may use its parent)
   docs [--write]   check that the book's tables match benchmarks/data/ (--write: rewrite
                    them), that every link of README.md and docs/book/ resolves, and build
                    the book with mdBook into target/book/ (installing mdBook into
@@ -136,6 +140,7 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|| result(packaging::install_checks(None))),
             "demo" => result(demo(&rest)),
             "bench" => no_args("bench", &rest).unwrap_or_else(|| result(bench())),
+            "layers" => no_args("layers", &rest).unwrap_or_else(|| result(layers::check())),
             "docs" => match rest.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>()[..] {
                 [] => result(docs::docs(false)),
                 [ref w] if w == "--write" => result(docs::docs(true)),
@@ -183,6 +188,7 @@ fn test() -> Result<(), Failure> {
     // The sandbox's tests load these; they fail (not skip) without them.
     wasm()?;
     run("fmt", cargo(["fmt", "--all", "--check"]))?;
+    layers::check()?;
     // The book (and the mdBook it may first compile, ~40 s) beside the workspace's build: on
     // two cores the build leaves one idle for much of its time.
     let book = std::thread::spawn(|| docs::docs(false));
