@@ -70,15 +70,28 @@ pub fn wat_module(name: &str, wat: &str, limits: PluginLimits) -> Arc<PluginModu
     )
 }
 
+/// The pattern `seed` gives byte `i`: `seed ^ i`, so it repeats every 256 bytes and is built
+/// and compared a period at a time (byte by byte, unoptimized, hundreds of megabytes took
+/// seconds).
+fn period(seed: u8) -> [u8; 256] {
+    std::array::from_fn(|i| seed ^ (i as u8))
+}
+
 /// Writes `len` bytes of pattern `seed` at `ptr`.
 pub fn fill(g: &SimDriver, ptr: DevicePtr, len: usize, seed: u8) {
-    let data: Vec<u8> = (0..len).map(|i| seed ^ (i as u8)).collect();
+    let period = period(seed);
+    let mut data = Vec::with_capacity(len);
+    while data.len() < len {
+        let n = (len - data.len()).min(period.len());
+        data.extend_from_slice(&period[..n]);
+    }
     g.memcpy_htod(ptr, &data, None).expect("write");
 }
 
 /// Whether `len` bytes at `ptr` still hold pattern `seed`.
 pub fn holds(g: &SimDriver, ptr: DevicePtr, len: usize, seed: u8) -> bool {
+    let period = period(seed);
     let mut back = vec![0; len];
     g.memcpy_dtoh(&mut back, ptr, None).expect("read");
-    back.iter().enumerate().all(|(i, &b)| b == seed ^ (i as u8))
+    back.chunks(period.len()).all(|c| c == &period[..c.len()])
 }
