@@ -13,22 +13,33 @@ use std::time::Instant;
 
 use crate::{workspace_root, Failure};
 
-/// The crates whose `src/` is read, from the workspace root.
-const CRATES: [&str; 13] = [
-    "core",
-    "backend-sim",
-    "backend-cuda",
-    "sandbox",
-    "conformance",
-    "bench",
-    "cli",
-    "capi",
-    "xtask",
-    "plugins/sdk",
-    "plugins/first-fit",
-    "plugins/buddy",
-    "plugins/slab",
-];
+/// Every crate of the repository: a folder with a `Cargo.toml` and a `src/`, at most two
+/// levels below the root (the workspace's members, the plugins' and the fuzz workspace's).
+fn crates(root: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    let mut level = vec![root.to_path_buf()];
+    for _ in 0..2 {
+        let mut next = Vec::new();
+        for dir in level {
+            for entry in std::fs::read_dir(&dir)? {
+                let path = entry?.path();
+                let hidden = path
+                    .file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with('.') || n == "target");
+                if !path.is_dir() || hidden {
+                    continue;
+                }
+                if path.join("Cargo.toml").is_file() && path.join("src").is_dir() {
+                    out.push(path.clone());
+                }
+                next.push(path);
+            }
+        }
+        level = next;
+    }
+    out.sort();
+    Ok(out)
+}
 
 /// A module's path inside its crate (`["mr", "pool"]`; the root is empty).
 type Module = Vec<String>;
@@ -38,19 +49,19 @@ pub(crate) fn check() -> Result<(), Failure> {
     eprintln!("==> layers");
     let start = Instant::now();
     let root = workspace_root();
+    let fail = |what: &Path, e: std::io::Error| Failure {
+        step: "layers".to_owned(),
+        reason: format!("cannot read {}: {e}", what.display()),
+    };
+    let crates = crates(&root).map_err(|e| fail(&root, e))?;
     let mut circles = Vec::new();
     let mut modules = 0;
-    for krate in CRATES {
-        let src = root.join(krate).join("src");
-        let files = module_files(&src).map_err(|e| Failure {
-            step: "layers".to_owned(),
-            reason: format!("cannot read {}: {e}", src.display()),
-        })?;
+    for dir in &crates {
+        let krate = dir.strip_prefix(&root).unwrap_or(dir).display().to_string();
+        let src = dir.join("src");
+        let files = module_files(&src).map_err(|e| fail(&src, e))?;
         modules += files.len();
-        let graph = imports(&files).map_err(|e| Failure {
-            step: "layers".to_owned(),
-            reason: format!("cannot read a module of {krate}: {e}"),
-        })?;
+        let graph = imports(&files).map_err(|e| fail(&src, e))?;
         for circle in components(&graph) {
             let arrows: Vec<String> = circle
                 .iter()
@@ -77,7 +88,7 @@ pub(crate) fn check() -> Result<(), Failure> {
     }
     eprintln!(
         "<== layers: {modules} modules of {} crates, no circle: {:.1} s",
-        CRATES.len(),
+        crates.len(),
         start.elapsed().as_secs_f64()
     );
     Ok(())
