@@ -53,7 +53,8 @@ def held_chart(rows):
     plot_w, plot_h = width - left - 200, height - top - bottom
     lo, hi = 0.9, max(float(r["alloc_" + a]) for r in rows for a, _, _ in ALLOCATORS if r["alloc_" + a]) + 0.05
     y = lambda v: top + plot_h * (1 - (v - lo) / (hi - lo))
-    body = [text(left, 18, "Peak device memory over peak live bytes (allocator alone, H200)", extra='font-weight="bold"')]
+    title = f"Peak device memory over peak live bytes (allocator alone, {rows[0]['gpu']})"
+    body = [text(left, 18, title, extra='font-weight="bold"')]
     for v in [1.0, 1.1, 1.2, 1.3, 1.4, 1.5]:
         if v <= hi:
             body.append(f'<line x1="{left}" x2="{left + plot_w}" y1="{y(v):.1f}" y2="{y(v):.1f}" stroke="#ddd"/>')
@@ -82,7 +83,8 @@ def memory_chart(runs):
     beside the allocator) dashed."""
     panel_w, panel_h, left, top, gap = 330, 200, 50, 40, 50
     width, height = 2 * (panel_w + left) + 180, 2 * (panel_h + gap) + top
-    body = [text(left, 18, "Device memory used through each run (nvidia-smi every 20 ms, H200)", extra='font-weight="bold"')]
+    title = f"Device memory used through each run (nvidia-smi every 20 ms, {runs[0]['device']})"
+    body = [text(left, 18, title, extra='font-weight="bold"')]
     for i, trace in enumerate(TRACES):
         px, py = left + (i % 2) * (panel_w + left), top + (i // 2) * (panel_h + gap)
         mine = {r["allocator"]: r for r in runs if r["workload"] == trace}
@@ -97,7 +99,9 @@ def memory_chart(runs):
         # The floor no allocator can go under: peak live bytes, and what the process took
         # beside the allocator (the caching allocator's run: nvidia-smi's peak less what it
         # reserved), which every line includes.
-        c = mine["caching"]
+        c = mine.get("caching")
+        if c is None:  # no floor without the caching allocator's reservation: no panel
+            continue
         beside = (c["smi_used_mib_peak"] - c["smi_used_mib_first"]) * 2**20 - c["max_memory_reserved"]
         live = (c["peak_live_bytes"] + beside) / 2**30
         t_max = max(p[-1][0] for p, _ in series)
