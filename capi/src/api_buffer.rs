@@ -8,7 +8,7 @@ use emm_core::containers::DeviceBuffer;
 use emm_core::mr::DeviceMemoryResource;
 
 use crate::api_config::cudaStream_t;
-use crate::boundary::{status, write_out};
+use crate::ffi::{status, write_out};
 use crate::runtime::runtime;
 use crate::runtime_resource::RuntimeResource;
 use crate::status::{CapiError, EmmStatus};

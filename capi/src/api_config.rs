@@ -3,7 +3,7 @@
 
 use std::ffi::{c_char, c_int, c_void};
 
-use crate::boundary::{c_str, call, status, write_out};
+use crate::ffi::{c_str, call, status, write_out};
 use crate::runtime::runtime;
 use crate::status::EmmStatus;
 

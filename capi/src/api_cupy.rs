@@ -8,7 +8,7 @@
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 
-use crate::boundary::call;
+use crate::ffi::call;
 use crate::last_error;
 use crate::runtime::runtime;
 use crate::status::EmmStatus;

@@ -4,8 +4,8 @@
 use std::ffi::{c_int, c_void};
 
 use crate::api_config::cudaStream_t;
-use crate::boundary::{status, write_out};
-use crate::live::Live;
+use crate::ffi::{status, write_out};
+use crate::live_table::Live;
 use crate::runtime::runtime;
 use crate::status::{CapiError, EmmStatus};
 

@@ -2,7 +2,7 @@
 
 use std::ffi::{c_char, c_int};
 
-use crate::boundary::call;
+use crate::ffi::call;
 use crate::last_error;
 use crate::status::EmmStatus;
 

@@ -7,10 +7,10 @@ use std::sync::Arc;
 use emm_core::{Advice, DevicePtr, HostPtr, Location};
 
 use crate::api_config::cudaStream_t;
-use crate::boundary::lock;
-use crate::boundary::{status, write_out};
+use crate::ffi::lock;
+use crate::ffi::{status, write_out};
 use crate::host_table::{overlapping, HostEntry};
-use crate::live::Live;
+use crate::live_table::Live;
 use crate::runtime::{runtime, Runtime};
 use crate::status::{CapiError, CapiResult, EmmStatus};
 

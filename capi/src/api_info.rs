@@ -6,9 +6,9 @@ use emm_core::contract::EmmError;
 use emm_core::mr::LogHealth;
 use serde::Serialize;
 
-use crate::boundary::lock;
-use crate::boundary::{call, status, write_out};
-use crate::live::Stats;
+use crate::ffi::lock;
+use crate::ffi::{call, status, write_out};
+use crate::live_table::Stats;
 use crate::runtime::runtime;
 use crate::status::{CapiError, EmmStatus};
 

@@ -5,7 +5,7 @@
 use std::ffi::{c_int, c_void};
 
 use crate::api_config::{cudaStream_t, ssize_t};
-use crate::boundary::call;
+use crate::ffi::call;
 use crate::runtime::runtime;
 use crate::status::CapiError;
 

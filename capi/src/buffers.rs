@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use emm_core::containers::DeviceBuffer;
 use emm_core::DeviceId;
 
-use crate::boundary::lock;
+use crate::ffi::lock;
 use crate::status::{CapiError, CapiResult, EmmStatus};
 
 /// Live buffers by handle, with their device.

@@ -7,12 +7,12 @@
 //! Modules:
 //! - `status`: [`EmmStatus`] codes and [`CapiError`], the one error type of the boundary.
 //! - `last_error`: the last error of each thread (code and message).
-//! - `boundary`: `catch_unwind` around every entry point; a panic becomes `EMM_STATUS_PANIC`.
+//! - `ffi`: `catch_unwind` around every entry point; a panic becomes `EMM_STATUS_PANIC`.
 //! - `backend`: the driver chosen by `EMM_BACKEND` (`cuda`, the default, or `sim`) and the
 //!   mapping of a caller's raw stream to a driver stream.
 //! - `selection`: the manager spec (built-in name, `.wasm` path, or reinitialize options).
 //! - `chain_factory`: the managers over the resource chains `emm_reinitialize` builds.
-//! - `live`: one device's live allocations and their statistics.
+//! - `live_table`: one device's live allocations and their statistics.
 //! - `host_table`: host memory and pins by the caller's address (real memory on the
 //!   simulator).
 //! - `runtime`: the process-wide state: backend, manager, one context per device.
@@ -38,12 +38,12 @@ mod api_host;
 mod api_info;
 mod api_torch;
 mod backend;
-mod boundary;
 mod buffers;
 mod chain_factory;
+mod ffi;
 mod host_table;
 mod last_error;
-mod live;
+mod live_table;
 mod runtime;
 mod runtime_resource;
 mod selection;

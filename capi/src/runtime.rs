@@ -13,11 +13,11 @@ use emm_core::mr::LogHealth;
 use emm_core::{ContextId, DeviceId, Driver, StreamId};
 
 use crate::backend::Backend;
-use crate::boundary::lock;
 use crate::buffers::Buffers;
 use crate::chain_factory::ChainFactory;
+use crate::ffi::lock;
 use crate::host_table::HostEntry;
-use crate::live::{Ctx, Live, LiveTable};
+use crate::live_table::{Ctx, Live, LiveTable};
 use crate::selection::{self, Spec};
 use crate::status::{CapiError, CapiResult, EmmStatus};
 
