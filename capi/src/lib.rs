@@ -1,7 +1,7 @@
 //! emm-capi: emm's C ABI, so that Numba, CuPy and PyTorch in one process share one memory
 //! manager (the source documents' "Importance of external allocator interfaces": each library
 //! keeping its own pool makes them compete for memory). `capi/include/emm.h` is generated from
-//! this crate by cbindgen (`tests/header.rs` fails when it is stale); `capi/python/emm` is the
+//! this crate by cbindgen (`cargo xtask header` fails when it is stale); `capi/python/emm` is the
 //! Python package over it (ctypes, no build step).
 //!
 //! Modules:

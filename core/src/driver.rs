@@ -18,6 +18,8 @@ use std::fmt;
 use crate::error::DriverResult;
 
 pub mod counting;
+#[cfg(test)]
+pub(crate) mod scripted;
 
 macro_rules! handle {
     ($(#[$doc:meta])* $name:ident($inner:ty), $fmt:literal) => {
@@ -224,7 +226,6 @@ impl fmt::Debug for IpcMemHandle {
 ///
 /// A `stream` of `None` in the copy calls means the synchronous form (`cuMemcpyHtoD`), which
 /// returns after the copy is complete.
-#[cfg_attr(test, mockall::automock)]
 pub trait Driver: Send + Sync + 'static {
     /// A short name of the backend, e.g. `sim` or `cuda`.
     fn backend_name(&self) -> &'static str;

@@ -1,8 +1,8 @@
 //! `cargo xtask`: emm's developer commands, written with std only (and clap for `emm`'s
-//! completions and man pages).
+//! completions and man pages, cbindgen for the C header).
 //!
-//! - `test`: install what the build needs, build the wasm plugins, then fmt check, the docs
-//!   check, clippy (inside the build: see [`lints`]), the workspace tests, the installed Python
+//! - `test`: install what the build needs, build the wasm plugins, then fmt check, the layers
+//!   and header checks, the docs check, clippy (inside the build: see [`lints`]), the workspace tests, the installed Python
 //!   package's tests, `cargo package`, a downstream cudarc user's build (see [`packaging`]),
 //!   the demo from the tests' build and the loom model checks (CI runs this through
 //!   `.ci/run`).
@@ -12,6 +12,7 @@
 //! - `demo [args...]`: the simulated GPU's scripted demo (`emm-sim`'s `demo` example), then
 //!   `emm check` of every built-in manager and example plugin, from release builds.
 //! - `bench`: the benchmarks.
+//! - `header [--write]`: the C header generated from emm-capi (see [`header`]).
 //! - `docs [--write]`: the book's generated tables, its links and the README's, and the book's
 //!   build (see [`docs`]).
 //! - `hardware [--bundle-only] [--plugin PATH]... [--peers DIR] [--python-env DIR]`: the GPU
@@ -34,6 +35,7 @@ use std::process::{Command, ExitCode, Stdio};
 mod assets;
 mod docs;
 mod hardware;
+mod header;
 mod layers;
 mod lints;
 mod packaging;
@@ -46,9 +48,8 @@ usage: cargo xtask <command> [args...]
 
 commands:
   test             install the targets and components the build needs, build the wasm
-                   plugins, then cargo fmt --check, the layers check, cargo clippy
-                   -D warnings, the
-                   workspace tests, the Python package installed from ./capi into a fresh
+                   plugins, then cargo fmt --check, the layers and header checks, cargo
+                   clippy -D warnings, the workspace tests, the Python package installed from ./capi into a fresh
                    venv and its tests, cargo package of every crate, a downstream cudarc
                    crate's check, the demo (from the dev build), and the loom model
                    checks (cargo xtask loom)
@@ -64,6 +65,8 @@ commands:
   bench            run the benchmarks (emm-sim)
   layers           check that no two modules of a crate import each other, directly or
                    through others (crate:: and super:: paths; a child may use its parent)
+  header [--write] check that capi/include/emm.h is what cbindgen generates from emm-capi
+                   (--write: regenerate it)
   docs [--write]   check that the book's tables match benchmarks/data/ (--write: rewrite
                    them), that every link of README.md and docs/book/ resolves, and build
                    the book with mdBook into target/book/ (installing mdBook into
@@ -141,6 +144,11 @@ fn main() -> ExitCode {
             "demo" => result(demo(&rest)),
             "bench" => no_args("bench", &rest).unwrap_or_else(|| result(bench())),
             "layers" => no_args("layers", &rest).unwrap_or_else(|| result(layers::check())),
+            "header" => match rest.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>()[..] {
+                [] => result(header::check(false)),
+                [ref w] if w == "--write" => result(header::check(true)),
+                _ => Outcome::Usage("`header` takes only --write".to_owned()),
+            },
             "docs" => match rest.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>()[..] {
                 [] => result(docs::docs(false)),
                 [ref w] if w == "--write" => result(docs::docs(true)),
@@ -189,6 +197,7 @@ fn test() -> Result<(), Failure> {
     wasm()?;
     run("fmt", cargo(["fmt", "--all", "--check"]))?;
     layers::check()?;
+    header::check(false)?;
     // The book (and the mdBook it may first compile, ~40 s) beside the workspace's build: on
     // two cores the build leaves one idle for much of its time.
     let book = std::thread::spawn(|| docs::docs(false));
@@ -207,41 +216,39 @@ fn test() -> Result<(), Failure> {
     let lints = lints::Lints::in_build();
     match &lints {
         Some(l) => {
-            let mut build = cargo(["build", "--workspace", "--all-targets", "--profile", "test"]);
-            l.apply(&mut build);
-            run("clippy and build", build)?;
+            for mut build in split(["build", "--all-targets", "--profile", "test"]) {
+                l.apply(&mut build);
+                run("clippy and build", build)?;
+            }
         }
-        None => run(
-            "clippy",
-            cargo([
-                "clippy",
-                "--workspace",
-                "--all-targets",
-                "--",
-                "-D",
-                "warnings",
-            ]),
-        )?,
+        None => {
+            for mut clippy in split(["clippy", "--all-targets"]) {
+                clippy.args(["--", "-D", "warnings"]);
+                run("clippy", clippy)?;
+            }
+        }
     }
     book.join().map_err(|_| Failure {
         step: "docs".to_owned(),
         reason: "the book's thread panicked".to_owned(),
     })??;
     let lints = lints.as_ref();
+    let tests = if has_nextest() {
+        split(["nextest", "run"])
+    } else {
+        split(["test"])
+    };
+    for cmd in tests {
+        run("test", lints::Lints::on(lints, cmd))?;
+    }
     if has_nextest() {
-        run(
-            "test",
-            lints::Lints::on(lints, cargo(["nextest", "run", "--workspace"])),
-        )?;
         // nextest does not run doctests.
         run(
             "doctest",
-            lints::Lints::on(lints, cargo(["test", "--workspace", "--doc"])),
-        )?;
-    } else {
-        run(
-            "test",
-            lints::Lints::on(lints, cargo(["test", "--workspace"])),
+            lints::Lints::on(
+                lints,
+                cargo(["test", "--workspace", "--exclude", "xtask", "--doc"]),
+            ),
         )?;
     }
     packaging::install_checks(lints)?;
@@ -251,6 +258,17 @@ fn test() -> Result<(), Failure> {
     // interleavings; `cargo xtask loom` goes deeper.
     reliability::loom(&["--preemptions".into(), "3".into()])?;
     reliability::fuzz_smoke()
+}
+
+/// `cargo <args>` over the workspace without xtask, then over xtask alone: built together,
+/// xtask's cbindgen would turn on features in crates wasmtime shares, and emm-capi built alone
+/// (the Python wheel) could not reuse the workspace's wasmtime.
+fn split<const N: usize>(args: [&str; N]) -> [Command; 2] {
+    let mut workspace = cargo(args);
+    workspace.args(["--workspace", "--exclude", "xtask"]);
+    let mut xtask = cargo(args);
+    xtask.args(["--package", "xtask"]);
+    [workspace, xtask]
 }
 
 /// The plugin crates `wasm` builds: (package, the `.wasm` file it makes).
@@ -370,7 +388,16 @@ fn demo_from_tests(lints: Option<&lints::Lints>) -> Result<(), Failure> {
         "demo: build",
         lints::Lints::on(
             lints,
-            cargo(["build", "--workspace", "--examples", "--bins", "--quiet"]),
+            // Without xtask, as the tests' build (see `split`), so nothing builds again.
+            cargo([
+                "build",
+                "--workspace",
+                "--exclude",
+                "xtask",
+                "--examples",
+                "--bins",
+                "--quiet",
+            ]),
         ),
     )?;
     show_demo("debug", &[])
