@@ -55,7 +55,7 @@ pub use managed::ManagedResource;
 pub use pinned_host::PinnedHostResource;
 pub use pool::{PoolLevels, PoolResource};
 pub use pool_options::{Backing, Growth, PoolOptions};
-pub use sharded_pool::ShardedPoolResource;
+pub use sharded_pool::{PerThreadPool, ShardedPoolResource};
 
 use std::fmt;
 use std::sync::Arc;

@@ -8,12 +8,13 @@ use crate::mr::{DeviceMemoryResource, MrError, MrResult};
 use crate::sync::Ordering;
 
 use super::chunk_policy::{
-    band, grow_chunk, shard_chunk, steal_batch, Keep, Scan, HELD_BUDGET, SCATTERED_MIN, SHARD_CHUNK,
+    band, grow_chunk, shard_chunk, steal_batch, Keep, Scan, HELD_BUDGET, SCATTERED_MIN,
+    SHARD_CHUNK, SUPERBLOCK,
 };
 use super::shard::{Covered, Shard, ShardGuard, StolenChunks};
-use super::{ShardedPoolResource, NAME};
+use super::{ChunkPolicy, PerThreadPool};
 
-impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
+impl<Up: DeviceMemoryResource, P: ChunkPolicy> PerThreadPool<Up, P> {
     /// Nothing in shard `mine` fits: take another shard's spare chunks, or a chunk from the
     /// shared pool. Called with no shard locked; `my_live` is shard `mine`'s live bytes and
     /// `covered` its [`Covered`] entries for `stream`.
@@ -124,7 +125,7 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
         let driver = self.shared.driver();
         let _ctx = ContextScope::enter(driver, self.context);
         let merged = s.heap.coalesce_streams(stream, || {
-            let _scope = CallerScope::enter(NAME);
+            let _scope = CallerScope::enter(P::NAME);
             driver.context_synchronize()
         })?;
         if !merged {
@@ -189,7 +190,7 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
             for (c, from, _) in stolen.chunks {
                 let _ = self.shared_deallocate(DevicePtr(c.base), c.size as usize, from);
             }
-            return Err(MrError::records_full(NAME, bytes, full));
+            return Err(MrError::records_full(P::NAME, bytes, full));
         }
         let slot = s.heap.slot(stream);
         let mut ordered: Vec<StreamId> = Vec::new();
@@ -199,7 +200,7 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
             let mut ready = covered || ordered.contains(&from);
             if !ready && first_err.is_none() {
                 let _ctx = ContextScope::enter(self.shared.driver(), self.context);
-                let _scope = CallerScope::enter(NAME);
+                let _scope = CallerScope::enter(P::NAME);
                 match s.order.order(self.shared.driver(), from, stream) {
                     Ok(()) => {
                         ordered.push(from);
@@ -246,21 +247,25 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
         stream: StreamId,
     ) -> MrResult<DevicePtr> {
         let oom = || MrError::OutOfMemory {
-            resource: NAME,
+            resource: P::NAME,
             requested: bytes,
             available: None,
         };
         // Records first, so that the chunk taken is always recorded.
         s.heap
             .reserve_records(2)
-            .map_err(|full| MrError::records_full(NAME, bytes, full))?;
+            .map_err(|full| MrError::records_full(P::NAME, bytes, full))?;
         let live = s.heap.live_bytes().saturating_add(size);
-        let chunk = grow_chunk(size, live).ok_or_else(oom)?;
+        let chunk = if P::SUPERBLOCKS {
+            SUPERBLOCK
+        } else {
+            grow_chunk(size, live).ok_or_else(oom)?
+        };
         let n = usize::try_from(chunk).map_err(|_| oom())?;
         // One chunk spare, so that a thread allocating and freeing one block in a loop keeps
-        // its chunk.
+        // its chunk (an arena gave back the others on its frees).
         let target = band(live, SHARD_CHUNK).saturating_sub(chunk);
-        let back = if s.heap.held() > target {
+        let back = if s.heap.held() > target && !P::SUPERBLOCKS {
             s.take_beyond(target, u64::MAX)
         } else {
             Vec::new()
@@ -273,8 +278,8 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
             Ok(c) => (c, chunk),
             // Rounding up to a power of two must not fail a request that fits: near the
             // device's limit, take the request rounded to 1 MiB (the chunks given back are
-            // the shared pool's already).
-            Err(e) if e.is_out_of_memory() => match shard_chunk(size) {
+            // the shared pool's already). An arena takes superblocks only.
+            Err(e) if e.is_out_of_memory() && !P::SUPERBLOCKS => match shard_chunk(size) {
                 Some(least) if least < chunk => {
                     let n = usize::try_from(least).map_err(|_| oom())?;
                     (self.shared_exchange(&[], n, stream)?, least)
@@ -294,7 +299,7 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
         {
             drop(s);
             let _ = self.shared_deallocate(c, chunk as usize, stream);
-            return Err(MrError::records_full(NAME, bytes, full));
+            return Err(MrError::records_full(P::NAME, bytes, full));
         }
         Self::allocate_in(&mut s, slot, size, bytes).ok_or_else(oom)
     }

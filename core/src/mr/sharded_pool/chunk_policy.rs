@@ -1,9 +1,58 @@
-//! How much a shard takes and keeps: the chunk a growing shard takes from the shared pool, how
-//! much a steal takes, the band of spare memory a shard keeps above its live bytes or its recent
-//! peak, and the shared pool's budget.
+//! How much a shard takes and keeps: the two policies of the per-thread front ([`Adaptive`],
+//! [`Superblocks`]); for the adaptive one, the chunk a growing shard takes from the shared pool,
+//! how much a steal takes, the band of spare memory a shard keeps above its live bytes or its
+//! recent peak, and the shared pool's budget.
 
 use crate::mr::detail::growth::TRIM_ABOVE_LIVE;
 use crate::mr::detail::record::MAX_CHUNK;
+
+/// How the shards of a [`ShardedPoolResource`](super::ShardedPoolResource) take and keep
+/// chunks of its shared pool: [`Adaptive`] (the default) or [`Superblocks`]
+/// ([`ArenaResource`](crate::mr::ArenaResource)). Sealed: the front's invariants hold for these two.
+pub trait ChunkPolicy: sealed::Sealed + Send + Sync + 'static {
+    /// The resource's name, for messages and logs.
+    const NAME: &'static str;
+    /// Requests above this many bytes go to the shared pool directly, past the shards.
+    const DIRECT_ABOVE: u64;
+    /// Whether a shard takes chunks of [`SUPERBLOCK`] and, when a free leaves one wholly free,
+    /// gives its wholly free chunks back but one; else it takes chunks sized to its live bytes,
+    /// keeps what is freed, and chunks move between shards when memory is needed.
+    const SUPERBLOCKS: bool;
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for super::Adaptive {}
+    impl Sealed for super::Superblocks {}
+}
+
+/// `ShardedPoolResource`'s policy: every request through the thread's shard, chunks sized to
+/// its live bytes (below), kept on frees and moved between shards when memory is needed.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Adaptive;
+
+impl ChunkPolicy for Adaptive {
+    const NAME: &'static str = "ShardedPoolResource";
+    const DIRECT_ABOVE: u64 = u64::MAX;
+    const SUPERBLOCKS: bool = false;
+}
+
+/// RMM's arena (`ArenaResource`): requests up to [`SUPERBLOCK`] / 8 (256 KiB) from the thread's
+/// shard (an *arena*), which takes superblocks of [`SUPERBLOCK`] from the shared pool (the
+/// *global arena*) and gives a wholly free one back on the free, keeping one so that a loop
+/// filling and emptying one superblock does not take the shared lock every time; larger
+/// requests from the shared pool directly.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Superblocks;
+
+impl ChunkPolicy for Superblocks {
+    const NAME: &'static str = "ArenaResource";
+    const DIRECT_ABOVE: u64 = SUPERBLOCK / 8;
+    const SUPERBLOCKS: bool = true;
+}
+
+/// The chunk an arena ([`Superblocks`]) takes from the global arena at a time: 2 MiB.
+pub const SUPERBLOCK: u64 = 2 << 20;
 
 /// Shards take chunks of the request rounded up to this (1 MiB) from the shared pool (more for
 /// a shard with much live, `grow_chunk`). Measured

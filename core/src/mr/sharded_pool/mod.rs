@@ -60,17 +60,25 @@
 //!   many-threads benchmark counts the chunk moves and driver calls per 1 000 operations
 //!   (the book's "Benchmarks", "Many threads").
 //!
-//! Modules: this one holds the resource and its fast paths (a thread's own shard, frees from
-//! other threads); `shard` one shard and its lock; `chunk_policy` how much a shard takes and
-//! keeps; `chunk_moves` how chunks move between shards and the shared pool.
+//! The front — shards, their locks and fast paths, frees from other threads, `release` — is
+//! [`PerThreadPool`], shared with [`ArenaResource`](crate::mr::ArenaResource): what differs is
+//! the [`ChunkPolicy`], [`Adaptive`] here (all of the above) and [`Superblocks`] there (fixed
+//! superblocks, large requests straight to the shared pool, wholly free superblocks given back
+//! on the free).
+//!
+//! Modules: this one holds the front and its fast paths (a thread's own shard, frees from
+//! other threads); `shard` one shard and its lock; `chunk_policy` the two policies and how much
+//! an adaptive shard takes and keeps; `chunk_moves` how chunks move between shards and the
+//! shared pool.
 
 mod chunk_moves;
 mod chunk_policy;
 mod shard;
 
-pub use chunk_policy::SHARD_CHUNK;
+pub use chunk_policy::{Adaptive, ChunkPolicy, Superblocks, SHARD_CHUNK, SUPERBLOCK};
 
 use std::cell::Cell;
+use std::marker::PhantomData;
 
 use crate::attribution::CallerScope;
 use crate::driver::{ContextId, DevicePtr, Driver, MemInfo, StreamId};
@@ -82,8 +90,6 @@ use crate::sync::{thread_local, AtomicUsize, Ordering};
 
 use shard::{PaddedCount, PaddedLevels, PaddedShard, Shard, ShardGuard};
 
-const NAME: &str = "ShardedPoolResource";
-
 thread_local! {
     /// The shard this thread last used, and the resource it belongs to (the address of the
     /// resource's shard table): one entry, so a thread using one sharded pool reads its shard
@@ -91,7 +97,8 @@ thread_local! {
     static MY_SHARD: Cell<(usize, usize)> = const { Cell::new((0, 0)) };
 }
 
-/// Per-thread shards in front of a shared [`PoolResource`].
+/// Per-thread shards in front of a shared [`PoolResource`] (the module docs), for many threads
+/// allocating at once, with [`Adaptive`] chunks.
 ///
 /// # Examples
 ///
@@ -113,7 +120,15 @@ thread_local! {
 /// pool.release()?;
 /// # Ok(()) }
 /// ```
-pub struct ShardedPoolResource<Up: DeviceMemoryResource> {
+pub type ShardedPoolResource<Up> = PerThreadPool<Up, Adaptive>;
+
+/// The per-thread front of [`ShardedPoolResource`] and [`ArenaResource`](crate::mr::ArenaResource):
+/// shards, each a heap with per-stream free lists behind its own lock, over a shared
+/// [`PoolResource`]; the policy `P` says how a shard takes and keeps the shared pool's chunks
+/// ([`ChunkPolicy`]). What the two share — a thread's shard and its fast paths, another
+/// stream's blocks taken with an event, frees from other threads, the retry after out of
+/// memory, `release`, the wait for the device on drop — is written once, here.
+pub struct PerThreadPool<Up: DeviceMemoryResource, P: ChunkPolicy> {
     shards: Box<[PaddedShard]>,
     /// `shards.len() - 1`: the count is a power of two, so a thread's shard is a mask.
     mask: usize,
@@ -134,23 +149,70 @@ pub struct ShardedPoolResource<Up: DeviceMemoryResource> {
     shared_levels: PaddedLevels,
     /// The context current when built: made current for the shards' driver calls (events).
     context: Option<ContextId>,
+    policy: PhantomData<P>,
 }
 
-impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
+/// Twice the machine's hardware threads, at least 4: the default number of shards.
+fn default_shards() -> usize {
+    std::thread::available_parallelism()
+        .map_or(4, |n| 2 * n.get())
+        .max(4)
+}
+
+impl<Up: DeviceMemoryResource> PerThreadPool<Up, Adaptive> {
     /// Shards for twice the machine's hardware threads (at least 4, rounded up to a power of
     /// two) over a shared pool of
     /// `cuMemAlloc`-style chunks of `upstream` (exportable over IPC).
     pub fn new(upstream: Up) -> Self {
-        let n = std::thread::available_parallelism().map_or(4, |n| 2 * n.get());
-        Self::over(PoolResource::chunked(upstream), n.max(4))
+        Self::over(PoolResource::chunked(upstream), default_shards())
     }
 
     /// `shards` shards (rounded up to a power of two) over the shared pool `shared`.
     pub fn over(shared: PoolResource<Up>, shards: usize) -> Self {
+        Self::with_shards(shared, shards)
+    }
+}
+
+impl<Up: DeviceMemoryResource> PerThreadPool<Up, Superblocks> {
+    /// Arenas for twice the machine's hardware threads (at least 4) over `upstream`.
+    pub fn new(upstream: Up) -> Self {
+        Self::with_arenas(upstream, default_shards())
+    }
+
+    /// `arenas` arenas (rounded up to a power of two) over a global arena of
+    /// `cuMemAlloc`-style chunks of `upstream` (the arena manager exports memory over IPC).
+    pub fn with_arenas(upstream: Up, arenas: usize) -> Self {
+        Self::with_shards(PoolResource::chunked(upstream), arenas)
+    }
+
+    /// Requests up to this many bytes are served by the thread's arena (256 KiB).
+    pub fn small_max(&self) -> u64 {
+        Superblocks::DIRECT_ABOVE
+    }
+
+    /// Number of arenas.
+    pub fn arenas(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// The global arena.
+    pub fn global(&self) -> &PoolResource<Up> {
+        &self.shared
+    }
+
+    /// The upstream resource.
+    pub fn upstream(&self) -> &Up {
+        self.shared.upstream()
+    }
+}
+
+impl<Up: DeviceMemoryResource, P: ChunkPolicy> PerThreadPool<Up, P> {
+    /// `shards` shards (rounded up to a power of two) over the shared pool `shared`.
+    fn with_shards(shared: PoolResource<Up>, shards: usize) -> Self {
         let n = shards.clamp(1, 1 << 16).next_power_of_two();
         let shared_levels = PaddedLevels::default();
         shared_levels.store(shared.levels());
-        ShardedPoolResource {
+        PerThreadPool {
             shards: (0..n).map(|_| PaddedShard::default()).collect(),
             mask: n - 1,
             next: AtomicUsize::new(0),
@@ -159,6 +221,7 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
             shared_levels,
             context: shared.driver().current_context().ok(),
             shared,
+            policy: PhantomData,
         }
     }
 
@@ -295,7 +358,7 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
         let source = s.heap.stream_of(other);
         {
             let _ctx = ContextScope::enter(self.shared.driver(), self.context);
-            let _scope = CallerScope::enter(NAME);
+            let _scope = CallerScope::enter(P::NAME);
             s.order.order(self.shared.driver(), source, stream)?;
         }
         // Merging the two streams' blocks may have left chunks wholly free that no free
@@ -333,7 +396,7 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
             }
         }
         Err(MrError::InvalidFree {
-            resource: NAME,
+            resource: P::NAME,
             ptr,
             bytes,
             reason: FreeError::NotLive.reason(),
@@ -364,6 +427,16 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
         // The shard keeps what is freed: chunks go back only when memory is needed (`grow`).
         match s.heap.deallocate_in_chunk(ptr.0, bytes, slot) {
             Ok((_, None)) => Ok(Ok(())),
+            Ok((_, Some(_))) if P::SUPERBLOCKS => {
+                s.full = true;
+                // Wholly free superblocks go back to the global arena, but one stays: an arena
+                // that fills and empties a superblock in a loop must not take and return it
+                // through the global lock on every iteration.
+                if s.heap.chunks().len() > 1 {
+                    return Ok(self.give_back(&mut s, 1).map(drop));
+                }
+                Ok(Ok(()))
+            }
             Ok((_, Some(base))) => {
                 s.full = true;
                 s.push_spare(base, stream);
@@ -375,11 +448,30 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
             }
             Err(FreeError::NotLive) => Err(FreeError::NotLive),
             Err(e) => Ok(Err(MrError::InvalidFree {
-                resource: NAME,
+                resource: P::NAME,
                 ptr,
                 bytes,
                 reason: e.reason(),
             })),
+        }
+    }
+
+    /// A request above [`ChunkPolicy::DIRECT_ABOVE`]: from the shared pool, counted as a move;
+    /// on out of memory, once more after every shard's wholly free chunks went back.
+    #[cold]
+    #[inline(never)]
+    fn allocate_direct(&self, bytes: usize, stream: StreamId) -> MrResult<DevicePtr> {
+        // The shared pool's plain allocation, not an exchange: the levels an exchange
+        // publishes are for adaptive growers, and W1 through the exchange ran 7 % slower.
+        self.moves.0.fetch_add(1, Ordering::Relaxed);
+        match self.shared.allocate(bytes, stream) {
+            Err(e) if e.is_out_of_memory() => {
+                // Again even when this release gave nothing back: another thread's release
+                // may have given the memory to the upstream since (tests/loom_sharded.rs).
+                let _ = self.release();
+                self.shared.allocate(bytes, stream)
+            }
+            r => r,
         }
     }
 
@@ -402,18 +494,18 @@ impl<Up: DeviceMemoryResource> ShardedPoolResource<Up> {
     }
 }
 
-impl<Up: DeviceMemoryResource> std::fmt::Debug for ShardedPoolResource<Up> {
+impl<Up: DeviceMemoryResource, P: ChunkPolicy> std::fmt::Debug for PerThreadPool<Up, P> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct(NAME)
+        f.debug_struct(P::NAME)
             .field("shards", &self.shards.len())
             .field("shared", &self.shared)
             .finish()
     }
 }
 
-impl<Up: DeviceMemoryResource> DeviceMemoryResource for ShardedPoolResource<Up> {
+impl<Up: DeviceMemoryResource, P: ChunkPolicy> DeviceMemoryResource for PerThreadPool<Up, P> {
     fn name(&self) -> &'static str {
-        NAME
+        P::NAME
     }
 
     /// # Time complexity
@@ -427,8 +519,11 @@ impl<Up: DeviceMemoryResource> DeviceMemoryResource for ShardedPoolResource<Up> 
             return Ok(DevicePtr::NULL);
         }
         let b = bytes as u64;
+        if b > P::DIRECT_ABOVE {
+            return self.allocate_direct(bytes, stream);
+        }
         let size = round_to_granule(b).ok_or(MrError::OutOfMemory {
-            resource: NAME,
+            resource: P::NAME,
             requested: b,
             available: None,
         })?;
@@ -449,9 +544,16 @@ impl<Up: DeviceMemoryResource> DeviceMemoryResource for ShardedPoolResource<Up> 
             // path below can record one either, and the host's refusal is the answer.
             s.heap
                 .reserve_records(2)
-                .map_err(|full| MrError::records_full(NAME, b, full))?;
+                .map_err(|full| MrError::records_full(P::NAME, b, full))?;
             if let Some(p) = self.take_other_streams_block(&mut s, size, b, stream)? {
                 return Ok(p);
+            }
+            if P::SUPERBLOCKS {
+                // An arena takes a superblock from the global arena, and nothing from others.
+                return match self.take_chunk(mine, s, size, b, stream) {
+                    Err(e) if e.is_out_of_memory() => self.allocate_after_release(size, b, stream),
+                    r => r,
+                };
             }
             my_live = s.heap.live_bytes();
             covered = s
@@ -477,6 +579,9 @@ impl<Up: DeviceMemoryResource> DeviceMemoryResource for ShardedPoolResource<Up> 
             return Ok(());
         }
         let b = bytes as u64;
+        if b > P::DIRECT_ABOVE {
+            return self.shared_deallocate(ptr, bytes, stream);
+        }
         let mine = self.my_shard();
         match self.free_in(mine, ptr, b, stream) {
             Ok(result) => result,
@@ -502,7 +607,7 @@ impl<Up: DeviceMemoryResource> DeviceMemoryResource for ShardedPoolResource<Up> 
         for k in 0..self.shards.len() {
             let mut s = self.lock(k);
             s.heap.coalesce_streams(StreamId::DEFAULT, || {
-                let _scope = CallerScope::enter(NAME);
+                let _scope = CallerScope::enter(P::NAME);
                 driver.context_synchronize()
             })?;
             if let Err(e) = self.give_back(&mut s, 0) {
@@ -519,10 +624,10 @@ impl<Up: DeviceMemoryResource> DeviceMemoryResource for ShardedPoolResource<Up> 
     }
 }
 
-impl<Up: DeviceMemoryResource> Drop for ShardedPoolResource<Up> {
+impl<Up: DeviceMemoryResource, P: ChunkPolicy> Drop for PerThreadPool<Up, P> {
     fn drop(&mut self) {
         let _ctx = ContextScope::enter(self.shared.driver(), self.context);
-        let _scope = CallerScope::enter(NAME);
+        let _scope = CallerScope::enter(P::NAME);
         let driver = self.shared.driver();
         for s in self.shards.iter_mut() {
             let s = s.lock.get_mut();
