@@ -1,4 +1,4 @@
-//! [`HostState`]: what a plugin's store holds, and the host functions a guest imports
+//! `HostState`: what a plugin's store holds, and the host functions a guest imports
 //! (`emm::upstream_alloc`, `emm::upstream_free`, `emm::log`, `emm::stream_order`). Host
 //! functions never panic: a
 //! guest that breaks a rule through them gets a trap, and the rule is recorded for the

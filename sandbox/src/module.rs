@@ -24,7 +24,7 @@ use crate::read::{read_capped, ReadRefusal};
 use crate::registry::Registry;
 use crate::ticker::Ticker;
 
-/// A compiled, checked plugin. Cheap to share (`Arc`); each [`PluginModule::instantiate`]
+/// A compiled, checked plugin. Cheap to share (`Arc`); each `PluginModule::instantiate`
 /// gives an independent instance.
 pub struct PluginModule {
     name: String,

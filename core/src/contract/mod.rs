@@ -1,8 +1,8 @@
 //! The EMM plugin contract: managers, pointers, contexts, deferred cleanup and IPC.
 //!
-//! The contract of NBEP 7 (https://numba.readthedocs.io/en/stable/proposals/external-memory-management.html)
+//! The contract of NBEP 7 (<https://numba.readthedocs.io/en/stable/proposals/external-memory-management.html>)
 //! as shipped in Numba's EMM plugin reference
-//! (https://numba.readthedocs.io/en/stable/cuda/external-memory.html); where they differ emm
+//! (<https://numba.readthedocs.io/en/stable/cuda/external-memory.html>); where they differ emm
 //! follows the reference, and [`manager`] lists the
 //! differences. Modules:
 //! - [`manager`]: the [`MemoryManager`] trait (interface v1 plus `memallocmanaged` and the

@@ -1,4 +1,4 @@
-//! Memory resources: RMM's model (https://github.com/rapidsai/rmm) in Rust.
+//! Memory resources: RMM's model (<https://github.com/rapidsai/rmm>) in Rust.
 //!
 //! A [`DeviceMemoryResource`] hands out stream-ordered device memory. Resources get memory
 //! from the [`Driver`] (`CudaResource`, `AsyncResource`, `ManagedResource`) or from an

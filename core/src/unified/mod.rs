@@ -1,5 +1,5 @@
 //! Unified memory: the caching managed allocator with move-instead-of-copy that the PyTorch
-//! RFC "Unified Memory for PyTorch" proposes (https://github.com/pytorch/rfcs/pull/36), for any Rust or C caller.
+//! RFC "Unified Memory for PyTorch" proposes (<https://github.com/pytorch/rfcs/pull/36>), for any Rust or C caller.
 //!
 //! Modules:
 //! - [`caching`]: [`CachingManagedAllocator`], managed segments carved by the pool's heap,
