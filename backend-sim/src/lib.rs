@@ -11,6 +11,8 @@
 //! - `state`: the machine's state behind one lock.
 //! - `driver_pool_table`: the driver memory pools, a part the state owns.
 //! - `host_regions`: host memory in use and the registered ranges, a part the state owns.
+//! - `audit`: the injected faults, the violations found and the call trace, a part the state
+//!   owns.
 //! - `memory`: allocations, contents and the checks on every access.
 //! - `streams`: streams and events on virtual time.
 //! - `managed`: managed-memory residency, migration, advice and oversubscription.
@@ -23,6 +25,7 @@
 //! - [`trace`]: the call trace and its hash.
 //! - [`report`]: violations and outstanding resources.
 
+mod audit;
 mod clock;
 pub mod config;
 mod driver;

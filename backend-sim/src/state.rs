@@ -10,12 +10,13 @@ use std::collections::BTreeMap;
 
 use emm_core::{CudaCode, DeviceId, DriverError, DriverResult, HostAllocFlags, Location};
 
+use crate::audit::Audit;
 use crate::clock::{Actor, VClock};
-use crate::config::{Fault, SimConfig};
+use crate::config::SimConfig;
 use crate::driver_pool_table::DriverPools;
 use crate::host_regions::HostRegions;
 use crate::report::Violation;
-use crate::trace::{CallKind, Trace};
+use crate::trace::CallKind;
 
 /// Bytes of a contents chunk: the unit in which written memory is stored.
 pub(crate) const CHUNK: u64 = 4096;
@@ -227,9 +228,8 @@ pub(crate) struct State {
     pub(crate) managed_stats: ManagedStats,
     /// Host memory in use and the registered ranges.
     pub(crate) host: HostRegions,
-    pub(crate) trace: Trace,
-    pub(crate) violations: Vec<Violation>,
-    pub(crate) faults: Vec<(Fault, u64)>,
+    /// The injected faults, the violations found and the call trace.
+    pub(crate) audit: Audit,
     pub(crate) next_handle: u64,
     pub(crate) next_actor: Actor,
     pub(crate) next_serial: u64,
@@ -252,6 +252,15 @@ pub(crate) fn thread_key() -> u64 {
         }
         k.get()
     })
+}
+
+/// The next number of the random source whose state is `rng` (SplitMix64).
+fn splitmix(rng: &mut u64) -> u64 {
+    *rng = rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *rng;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
 }
 
 /// Rounds `n` up to a multiple of `to` (a power of two); `None` on overflow.
@@ -284,9 +293,7 @@ impl State {
             lru_tick: 0,
             managed_stats: ManagedStats::default(),
             host: HostRegions::new(cfg.host_memory),
-            trace: Trace::new(cfg.record_trace),
-            violations: Vec::new(),
-            faults: cfg.faults.iter().cloned().map(|f| (f, 0)).collect(),
+            audit: Audit::new(&cfg.faults, cfg.record_trace),
             next_handle: 0x100,
             next_actor: 1,
             next_serial: 1,
@@ -380,7 +387,7 @@ impl State {
     /// Records a violation.
     #[cold]
     pub(crate) fn violate(&mut self, v: Violation) {
-        self.violations.push(v);
+        self.audit.violate(v);
     }
 
     /// Advances process `p`'s host clock by `ns` virtual nanoseconds.
@@ -389,74 +396,17 @@ impl State {
         self.processes[p as usize].now += ns;
     }
 
-    /// The next number from the simulator's random source (SplitMix64).
-    pub(crate) fn next_random(&mut self) -> u64 {
-        self.rng = self.rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.rng;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
     /// The injected failure for this call, if any. A fired `FailNth` is spent.
+    #[inline]
     pub(crate) fn injected_fault(&mut self, call: CallKind) -> Option<CudaCode> {
-        if self.faults.is_empty() {
-            return None;
-        }
-        let mut fired = None;
-        let mut spent = None;
-        for i in 0..self.faults.len() {
-            match self.faults[i].0.clone() {
-                Fault::FailNth {
-                    call: which,
-                    nth,
-                    code,
-                } => {
-                    if which.is_none_or(|k| k == call) {
-                        self.faults[i].1 += 1;
-                        if self.faults[i].1 == nth && fired.is_none() {
-                            fired = Some(code);
-                            spent = Some(i);
-                        }
-                    }
-                }
-                Fault::Random {
-                    calls,
-                    per_million,
-                    code,
-                } => {
-                    let applies = calls.is_empty() || calls.contains(&call);
-                    if applies
-                        && self.next_random() % 1_000_000 < u64::from(per_million)
-                        && fired.is_none()
-                    {
-                        fired = Some(code);
-                    }
-                }
-                Fault::OutOfMemoryAbove { .. } => {}
-            }
-        }
-        if let Some(i) = spent {
-            self.faults.remove(i);
-        }
-        fired
+        let rng = &mut self.rng;
+        self.audit.injected_fault(call, || splitmix(rng))
     }
 
     /// The most device memory usable on `device` under injected out-of-memory levels.
     pub(crate) fn device_limit(&self, device: u32) -> u64 {
-        let mut limit = self.devices[device as usize].total;
-        for (f, _) in &self.faults {
-            if let Fault::OutOfMemoryAbove {
-                device: which,
-                bytes,
-            } = f
-            {
-                if which.is_none_or(|d| d.0 == device) {
-                    limit = limit.min(*bytes);
-                }
-            }
-        }
-        limit
+        self.audit
+            .device_limit(device, self.devices[device as usize].total)
     }
 
     /// The calling thread's current context in process `p` (device 0's primary by default).

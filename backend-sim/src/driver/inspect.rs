@@ -39,7 +39,7 @@ impl SimDriver {
     pub fn report(&self) -> SimReport {
         let st = self.lock();
         let mut r = SimReport {
-            violations: st.violations.clone(),
+            violations: st.audit.violations.clone(),
             ..SimReport::default()
         };
         let add = |o: &mut Outstanding, bytes: u64| {
@@ -104,23 +104,23 @@ impl SimDriver {
 
     /// Every traced call so far, in order (empty when `record_trace` is off).
     pub fn trace(&self) -> Vec<TraceEvent> {
-        self.lock().trace.events.clone()
+        self.lock().audit.trace.events.clone()
     }
 
     /// A hash of every call so far (kept even when the trace itself is not).
     pub fn trace_hash(&self) -> u64 {
-        self.lock().trace.hash
+        self.lock().audit.trace.hash
     }
 
     /// Number of calls made on this machine.
     pub fn call_count(&self) -> u64 {
-        self.lock().trace.count
+        self.lock().audit.trace.count
     }
 
     /// Successful device-memory allocations per caller tag (requires `record_trace`).
     pub fn device_allocations_by_caller(&self) -> BTreeMap<&'static str, u64> {
         let mut by = BTreeMap::new();
-        for e in self.lock().trace.events.iter() {
+        for e in self.lock().audit.trace.events.iter() {
             if e.call.allocates_device_memory() && e.result.is_ok() {
                 *by.entry(e.caller).or_insert(0) += 1;
             }
@@ -130,12 +130,12 @@ impl SimDriver {
 
     /// Injects a fault from now on.
     pub fn inject(&self, fault: Fault) {
-        self.lock().faults.push((fault, 0));
+        self.lock().audit.faults.push((fault, 0));
     }
 
     /// Removes every injected fault.
     pub fn clear_faults(&self) {
-        self.lock().faults.clear();
+        self.lock().audit.faults.clear();
     }
 
     /// This process's virtual time, in nanoseconds.

@@ -149,7 +149,7 @@ impl SimDriver {
             result: result.as_ref().map(Traced::traced).map_err(|e| e.code),
             time_ns: st.processes[self.process as usize].now,
         };
-        st.trace.push(event);
+        st.audit.trace(event);
         result
     }
 }
