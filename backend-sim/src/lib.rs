@@ -14,7 +14,8 @@
 //! - `audit`: the injected faults, the violations found and the call trace, a part the state
 //!   owns.
 //! - `memory`: allocations, contents and the checks on every access.
-//! - `streams`: streams and events on virtual time.
+//! - `stream_table`: the live streams and events, a part the state owns.
+//! - `streams`: streams and events on virtual time: queuing work, waiting, events.
 //! - `managed`: managed-memory residency, migration, advice and oversubscription.
 //! - `ipc`: IPC handles between simulated processes.
 //! - `vmm`: virtual memory management: reserve, create, map, grant access, and the check on
@@ -38,6 +39,7 @@ mod memory;
 pub mod report;
 mod reservation;
 mod state;
+mod stream_table;
 mod streams;
 pub mod trace;
 mod vmm;

@@ -12,7 +12,8 @@ use emm_core::{Advice, CudaCode, DeviceId, DriverResult, Location, StreamId};
 use crate::config::CostModel;
 use crate::managed_range::{copy_bit, ManagedAdvice, ManagedRange, Page, Span};
 use crate::memory::Region;
-use crate::state::{Accessor, AllocKind, State};
+use crate::state::{AllocKind, State};
+use crate::stream_table::Accessor;
 
 impl State {
     fn managed_range(&self, base: u64) -> Option<&ManagedRange> {
@@ -154,7 +155,7 @@ impl State {
             return 0;
         }
         let page = self.cfg.managed_page_size;
-        let accessor = who.location(self);
+        let accessor = who.location(&self.streams);
         let (first, last_idx) = ((addr - base) / page, (addr - base + len - 1) / page);
         let mut ns = 0;
         for idx in first..=last_idx {

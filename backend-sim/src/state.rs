@@ -8,7 +8,7 @@
 use std::cell::Cell;
 use std::collections::BTreeMap;
 
-use emm_core::{CudaCode, DeviceId, DriverError, DriverResult, HostAllocFlags, Location};
+use emm_core::{CudaCode, DeviceId, DriverError, DriverResult, HostAllocFlags};
 
 use crate::audit::Audit;
 use crate::clock::{Actor, VClock};
@@ -16,6 +16,7 @@ use crate::config::SimConfig;
 use crate::driver_pool_table::DriverPools;
 use crate::host_regions::HostRegions;
 use crate::report::Violation;
+use crate::stream_table::{Stream, StreamTable};
 use crate::trace::CallKind;
 
 /// Bytes of a contents chunk: the unit in which written memory is stored.
@@ -140,27 +141,6 @@ pub(crate) struct Ctx {
     pub(crate) peers: Vec<u32>,
 }
 
-#[derive(Debug)]
-pub(crate) struct Stream {
-    pub(crate) process: u32,
-    pub(crate) ctx: u32,
-    pub(crate) device: u32,
-    pub(crate) actor: Actor,
-    pub(crate) non_blocking: bool,
-    pub(crate) is_default: bool,
-    /// A per-thread default stream: blocking, made on first use, never destroyed.
-    pub(crate) per_thread: bool,
-    pub(crate) busy_until: u64,
-    pub(crate) clock: VClock,
-}
-
-#[derive(Debug)]
-pub(crate) struct Event {
-    pub(crate) process: u32,
-    pub(crate) device: u32,
-    pub(crate) recorded: Option<(VClock, u64)>,
-}
-
 /// Counters of managed memory behaviour.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ManagedStats {
@@ -178,25 +158,6 @@ pub struct ManagedStats {
     pub remote_accesses: u64,
 }
 
-/// Who touches memory: the host (a CPU load or store) or a stream (a kernel or a copy on it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Accessor {
-    Host,
-    Stream(u64),
-}
-
-impl Accessor {
-    pub(crate) fn location(self, st: &State) -> Location {
-        match self {
-            Accessor::Host => Location::Host,
-            Accessor::Stream(s) => st
-                .streams
-                .get(&s)
-                .map_or(Location::Host, |s| Location::Device(DeviceId(s.device))),
-        }
-    }
-}
-
 pub(crate) struct State {
     pub(crate) cfg: SimConfig,
     pub(crate) rng: u64,
@@ -204,14 +165,12 @@ pub(crate) struct State {
     pub(crate) devices: Vec<Device>,
     pub(crate) processes: Vec<Process>,
     pub(crate) contexts: Vec<Ctx>,
-    pub(crate) streams: BTreeMap<u64, Stream>,
-    pub(crate) events: BTreeMap<u64, Event>,
+    /// Streams, events and the per-thread default streams.
+    pub(crate) streams: StreamTable,
     pub(crate) pools: DriverPools,
     pub(crate) allocs: BTreeMap<u64, Alloc>,
     /// Recently freed allocations: base → size.
     pub(crate) freed: BTreeMap<u64, u64>,
-    /// Per-thread default streams by (context, thread).
-    pub(crate) per_thread_streams: BTreeMap<(u32, u64), u64>,
     /// The exporting host's clock when each IPC handle was last made: opening a handle
     /// happens after making it (the handle travels from one process to the other).
     pub(crate) ipc_exports: BTreeMap<u64, VClock>,
@@ -277,12 +236,10 @@ impl State {
             devices: Vec::new(),
             processes: Vec::new(),
             contexts: Vec::new(),
-            streams: BTreeMap::new(),
-            events: BTreeMap::new(),
+            streams: StreamTable::default(),
             pools: DriverPools::default(),
             allocs: BTreeMap::new(),
             freed: BTreeMap::new(),
-            per_thread_streams: BTreeMap::new(),
             ipc_exports: BTreeMap::new(),
             contents: BTreeMap::new(),
             phys: BTreeMap::new(),

@@ -5,11 +5,15 @@
 //! stream also orders itself with every blocking stream of its context, as CUDA's does. An
 //! event snapshots a stream's clocks; waiting on it merges them. The host learns about a
 //! stream's work only by synchronizing (or by a query that says it is done).
+//!
+//! The streams and events themselves are the `stream_table` part; what is here also needs the
+//! processes' host clocks and the contexts' stream lists.
 
 use emm_core::{CudaCode, DriverResult, StreamId};
 
 use crate::clock::{Actor, VClock};
-use crate::state::{Event, State, Stream};
+use crate::state::State;
+use crate::stream_table::{Event, Stream};
 
 impl State {
     /// Resolves a stream handle of process `p`: the legacy default stream to the current
@@ -20,15 +24,15 @@ impl State {
         }
         if stream == StreamId::PER_THREAD {
             let ctx = self.current_ctx(p);
-            let key = (ctx, crate::state::thread_key());
-            if let Some(&s) = self.per_thread_streams.get(&key) {
+            let thread = crate::state::thread_key();
+            if let Some(s) = self.streams.per_thread(ctx, thread) {
                 return Ok(s);
             }
             let s = self.new_stream(p, ctx, false, true);
-            self.per_thread_streams.insert(key, s);
+            self.streams.set_per_thread(ctx, thread, s);
             return Ok(s);
         }
-        match self.streams.get(&stream.0) {
+        match self.streams.get(stream.0) {
             Some(s) if s.process == p && !s.is_default && !s.per_thread => Ok(stream.0),
             _ => Err(self.err(
                 CudaCode::INVALID_HANDLE,
@@ -43,7 +47,7 @@ impl State {
     pub(crate) fn enqueue(&mut self, p: u32, s: u64, duration_ns: u64) -> (Actor, u64) {
         let proc = &self.processes[p as usize];
         let (ctx, is_default, non_blocking) = {
-            let st = &self.streams[&s];
+            let st = &self.streams[s];
             (st.ctx, st.is_default, st.non_blocking)
         };
         // Implicit ordering of the legacy default stream with the blocking streams.
@@ -56,7 +60,7 @@ impl State {
         let mut start = proc.now;
         if is_default {
             for other in &self.contexts[ctx as usize].streams {
-                let o = &self.streams[other];
+                let o = &self.streams[*other];
                 if !o.non_blocking {
                     if races {
                         merged.merge(&o.clock);
@@ -65,13 +69,13 @@ impl State {
                 }
             }
         } else if !non_blocking {
-            let d = &self.streams[&self.contexts[ctx as usize].default_stream];
+            let d = &self.streams[self.contexts[ctx as usize].default_stream];
             if races {
                 merged.merge(&d.clock);
             }
             start = start.max(d.busy_until);
         }
-        let st = self.streams.get_mut(&s).expect("stream resolved by caller");
+        let st = &mut self.streams[s];
         st.clock.merge(&merged);
         let epoch = st.clock.tick(st.actor);
         st.busy_until = st.busy_until.max(start) + duration_ns;
@@ -80,7 +84,7 @@ impl State {
 
     /// The host waits for everything queued on `s` so far.
     pub(crate) fn host_wait_stream(&mut self, p: u32, s: u64) {
-        let st = &self.streams[&s];
+        let st = &self.streams[s];
         let proc = &mut self.processes[p as usize];
         if self.cfg.track_races {
             proc.clock.merge(&st.clock);
@@ -94,7 +98,7 @@ impl State {
     /// the implicit synchronization of `cuMemFree`).
     pub(crate) fn host_wait_device(&mut self, p: u32, device: u32) {
         let proc = &mut self.processes[p as usize];
-        for st in self.streams.values() {
+        for (_, st) in self.streams.iter() {
             if st.process == p && st.device == device {
                 if self.cfg.track_races {
                     proc.clock.merge(&st.clock);
@@ -142,7 +146,7 @@ impl State {
             ));
         }
         let s = self.stream(p, stream)?;
-        if let Some(st) = self.streams.remove(&s) {
+        if let Some(st) = self.streams.remove(s) {
             self.contexts[st.ctx as usize].streams.retain(|x| *x != s);
         }
         self.charge(p, self.cfg.costs.stream_create_ns);
@@ -159,7 +163,7 @@ impl State {
     pub(crate) fn stream_query(&mut self, p: u32, stream: StreamId) -> DriverResult<bool> {
         let s = self.stream(p, stream)?;
         self.charge(p, self.cfg.costs.query_ns);
-        let done = self.streams[&s].busy_until <= self.processes[p as usize].now;
+        let done = self.streams[s].busy_until <= self.processes[p as usize].now;
         if done {
             self.host_wait_stream(p, s);
         }
@@ -167,7 +171,7 @@ impl State {
     }
 
     pub(crate) fn event(&self, p: u32, event: u64) -> DriverResult<()> {
-        match self.events.get(&event) {
+        match self.streams.event(event) {
             Some(e) if e.process == p => Ok(()),
             _ => Err(self.err(
                 CudaCode::INVALID_HANDLE,
@@ -179,7 +183,7 @@ impl State {
     pub(crate) fn event_create(&mut self, p: u32) -> DriverResult<u64> {
         let id = self.handle();
         let device = self.current_device(p);
-        self.events.insert(
+        self.streams.insert_event(
             id,
             Event {
                 process: p,
@@ -193,7 +197,7 @@ impl State {
 
     pub(crate) fn event_destroy(&mut self, p: u32, event: u64) -> DriverResult<()> {
         self.event(p, event)?;
-        self.events.remove(&event);
+        self.streams.remove_event(event);
         self.charge(p, self.cfg.costs.event_create_ns);
         Ok(())
     }
@@ -206,7 +210,8 @@ impl State {
     ) -> DriverResult<()> {
         self.event(p, event)?;
         let s = self.stream(p, stream)?;
-        let (ev_dev, st_dev) = (self.events[&event].device, self.streams[&s].device);
+        let ev_dev = self.streams.event(event).expect("checked above").device;
+        let st_dev = self.streams[s].device;
         if ev_dev != st_dev {
             return Err(self.err(
                 CudaCode::INVALID_HANDLE,
@@ -217,16 +222,7 @@ impl State {
         }
         self.charge(p, self.cfg.costs.event_op_ns);
         self.enqueue(p, s, 0);
-        let st = &self.streams[&s];
-        let clock = if self.cfg.track_races {
-            st.clock.clone()
-        } else {
-            VClock::default()
-        };
-        let snapshot = (clock, st.busy_until);
-        if let Some(e) = self.events.get_mut(&event) {
-            e.recorded = Some(snapshot);
-        }
+        self.streams.record(event, s, self.cfg.track_races);
         Ok(())
     }
 
@@ -239,11 +235,7 @@ impl State {
         let s = self.stream(p, stream)?;
         self.event(p, event)?;
         self.charge(p, self.cfg.costs.event_op_ns);
-        if let Some((clock, at)) = self.events[&event].recorded.clone() {
-            let st = self.streams.get_mut(&s).expect("stream resolved above");
-            st.clock.merge(&clock);
-            st.busy_until = st.busy_until.max(at);
-        }
+        self.streams.wait_event(s, event);
         Ok(())
     }
 
@@ -251,11 +243,11 @@ impl State {
         self.event(p, event)?;
         self.charge(p, self.cfg.costs.query_ns);
         let now = self.processes[p as usize].now;
-        match &self.events[&event].recorded {
+        let ev = self.streams.event(event).expect("checked above");
+        match &ev.recorded {
             None => Ok(true),
             Some((clock, at)) if *at <= now => {
-                let clock = clock.clone();
-                self.processes[p as usize].clock.merge(&clock);
+                self.processes[p as usize].clock.merge(clock);
                 Ok(true)
             }
             Some(_) => Ok(false),
@@ -265,11 +257,12 @@ impl State {
     pub(crate) fn event_synchronize(&mut self, p: u32, event: u64) -> DriverResult<()> {
         self.event(p, event)?;
         self.charge(p, self.cfg.costs.query_ns);
-        if let Some((clock, at)) = self.events[&event].recorded.clone() {
+        let ev = self.streams.event(event).expect("checked above");
+        if let Some((clock, at)) = &ev.recorded {
             let proc = &mut self.processes[p as usize];
-            proc.clock.merge(&clock);
-            proc.now = proc.now.max(at);
-            let device = self.events[&event].device;
+            proc.clock.merge(clock);
+            proc.now = proc.now.max(*at);
+            let device = ev.device;
             self.release_pools_over_threshold(device);
         }
         Ok(())

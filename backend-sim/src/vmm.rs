@@ -24,8 +24,9 @@ use emm_core::{CudaCode, DeviceId, DriverResult};
 use crate::report::Violation;
 use crate::reservation::{Mapping, Phys, Reservation};
 use crate::state::{
-    round_up, Accessor, AllocKind, State, IPC_VA, PHYS_STORE, RESERVE_SPAN, RESERVE_VA, VA_SPAN,
+    round_up, AllocKind, State, IPC_VA, PHYS_STORE, RESERVE_SPAN, RESERVE_VA, VA_SPAN,
 };
+use crate::stream_table::Accessor;
 
 impl State {
     /// The allocation granularity, or `NOT_SUPPORTED` when the machine has no virtual memory

@@ -95,10 +95,10 @@ impl SimDriver {
         }
         r.streams.count = st
             .streams
-            .values()
-            .filter(|s| !s.is_default && !s.per_thread)
+            .iter()
+            .filter(|(_, s)| !s.is_default && !s.per_thread)
             .count() as u64;
-        r.events.count = st.events.len() as u64;
+        r.events.count = st.streams.event_count() as u64;
         r
     }
 

@@ -295,7 +295,7 @@ impl Driver for SimDriver {
             [size as u64, stream.0, 0],
             |st, p| {
                 let s = st.stream(p, stream)?;
-                let pool = st.devices[st.streams[&s].device as usize].current_pool;
+                let pool = st.devices[st.streams[s].device as usize].current_pool;
                 st.alloc_from_pool(p, size, pool, stream)
             },
         )

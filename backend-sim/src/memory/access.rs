@@ -5,7 +5,8 @@ use emm_core::{CudaCode, DriverResult, StreamId};
 
 use crate::config::CostModel;
 use crate::report::Violation;
-use crate::state::{Access, Accessor, AllocKind, State, ACCESS_MEMORY};
+use crate::state::{Access, AllocKind, State, ACCESS_MEMORY};
+use crate::stream_table::Accessor;
 
 impl State {
     /// Checks an access of `len` bytes at `addr` by `who`, returning the base of the allocation
@@ -134,12 +135,12 @@ impl State {
             Some(AllocKind::Device { device } | AllocKind::PoolBlock { device, .. }) => *device,
             Some(AllocKind::Reserved(_)) => {
                 // Mapped memory is reachable from the devices cuMemSetAccess names.
-                let device = self.streams[&s].device;
+                let device = self.streams[s].device;
                 return self.check_mapped(base, addr, len, Some(device));
             }
             _ => return Ok(()),
         };
-        let st = &self.streams[&s];
+        let st = &self.streams[s];
         if owner == st.device || self.contexts[st.ctx as usize].peers.contains(&owner) {
             return Ok(());
         }
@@ -185,7 +186,7 @@ impl State {
                     .expect("host actor")
                     .clock
             }
-            Accessor::Stream(s) => &self.streams[&s].clock,
+            Accessor::Stream(s) => &self.streams[s].clock,
         };
         let Some(alloc) = self.allocs.get_mut(&base) else {
             return;
@@ -230,10 +231,9 @@ impl State {
                 if st.processes.iter().any(|pr| pr.host_actor == a) {
                     "the host".to_string()
                 } else {
-                    st.streams.iter().find(|(_, s)| s.actor == a).map_or_else(
-                        || "a destroyed stream".into(),
-                        |(id, _)| format!("stream:{id}"),
-                    )
+                    st.streams
+                        .with_actor(a)
+                        .map_or_else(|| "a destroyed stream".into(), |id| format!("stream:{id}"))
                 }
             };
             let first = format!("{first_op} on {}", name(self, first_actor));

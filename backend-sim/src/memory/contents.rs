@@ -4,7 +4,8 @@
 use emm_core::{DriverResult, StreamId};
 
 use crate::config::CostModel;
-use crate::state::{Accessor, AllocKind, State, CHUNK, POISON};
+use crate::state::{AllocKind, State, CHUNK, POISON};
+use crate::stream_table::Accessor;
 
 /// A copy or set as it starts.
 struct Transfer {

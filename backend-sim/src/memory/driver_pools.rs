@@ -4,7 +4,8 @@
 
 use emm_core::{CudaCode, DriverResult, StreamId};
 
-use crate::state::{round_up, Accessor, AllocKind, State};
+use crate::state::{round_up, AllocKind, State};
+use crate::stream_table::Accessor;
 
 use super::Region;
 
@@ -35,12 +36,12 @@ impl State {
             return Err(self.zero_size());
         }
         let device = self.pools.live(pool).expect("checked").device;
-        if self.streams[&s].device != device {
+        if self.streams[s].device != device {
             return Err(self.err(
                 CudaCode::INVALID_VALUE,
                 format!(
                     "{stream} is on device {} but mempool:{pool} on device {device}",
-                    self.streams[&s].device
+                    self.streams[s].device
                 ),
             ));
         }
@@ -48,7 +49,7 @@ impl State {
         let reserved =
             round_up(size, self.cfg.granularity).ok_or_else(|| self.oom(device, size, 0))?;
         let (actor, clock) = {
-            let st = &self.streams[&s];
+            let st = &self.streams[s];
             (st.actor, &st.clock)
         };
         let races = self.cfg.track_races;
@@ -134,7 +135,7 @@ impl State {
             Accessor::Stream(s),
         );
         self.allocs.remove(&addr);
-        let done_at = self.streams[&s].busy_until;
+        let done_at = self.streams[s].busy_until;
         self.return_to_pool(pool, addr, reserved, Some((actor, epoch, done_at)));
         self.retire(addr, size);
         Ok(())
