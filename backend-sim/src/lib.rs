@@ -11,6 +11,7 @@
 //! - `state`: the machine's state behind one lock.
 //! - `driver_pool_table`: the driver memory pools, a part the state owns.
 //! - `host_regions`: host memory in use and the registered ranges, a part the state owns.
+//! - `byte_store`: what memory holds, a part the state owns.
 //! - `audit`: the injected faults, the violations found and the call trace, a part the state
 //!   owns.
 //! - `memory`: allocations, contents and the checks on every access.
@@ -22,11 +23,14 @@
 //!   every access to a reservation.
 //! - `managed_range`: the pages and advice of one managed allocation.
 //! - `reservation`: the virtual memory parts: reservations, their mappings, physical memory.
+//! - `address_space`: where each kind of memory takes its addresses.
 //! - `clock`: vector clocks.
 //! - [`trace`]: the call trace and its hash.
 //! - [`report`]: violations and outstanding resources.
 
+mod address_space;
 mod audit;
+mod byte_store;
 mod clock;
 pub mod config;
 mod driver;
@@ -44,9 +48,10 @@ mod streams;
 pub mod trace;
 mod vmm;
 
+pub use byte_store::POISON;
 pub use config::{CostModel, Fault, SimConfig, GIB, MIB};
 pub use driver::SimDriver;
 pub use managed_range::ManagedAdvice;
 pub use report::{Leak, Outstanding, SimReport, Violation};
-pub use state::{ManagedStats, POISON};
+pub use state::ManagedStats;
 pub use trace::{CallKind, TraceEvent};

@@ -46,7 +46,7 @@ impl State {
         } else {
             self.cfg.memory_per_device
         };
-        let rounded = crate::state::round_up(size, page)
+        let rounded = crate::address_space::round_up(size, page)
             .filter(|r| *r <= cap)
             .ok_or_else(|| {
                 self.err(

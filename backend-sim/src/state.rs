@@ -10,7 +10,11 @@ use std::collections::BTreeMap;
 
 use emm_core::{CudaCode, DeviceId, DriverError, DriverResult, HostAllocFlags};
 
+use crate::address_space::{
+    DEVICE_VA, HOST_VA, IPC_VA, MANAGED_VA, PHYS_STORE, RESERVE_VA, VA_SPAN,
+};
 use crate::audit::Audit;
+use crate::byte_store::{ByteStore, CHUNK};
 use crate::clock::{Actor, VClock};
 use crate::config::SimConfig;
 use crate::driver_pool_table::DriverPools;
@@ -19,29 +23,6 @@ use crate::report::Violation;
 use crate::stream_table::{Stream, StreamTable};
 use crate::trace::CallKind;
 
-/// Bytes of a contents chunk: the unit in which written memory is stored.
-pub(crate) const CHUNK: u64 = 4096;
-/// What uninitialized and freed memory reads as.
-pub const POISON: u8 = 0xA5;
-/// Start of device `d`'s address range: `DEVICE_VA + d * VA_SPAN`.
-pub(crate) const DEVICE_VA: u64 = 1 << 48;
-/// Start of managed memory's address range (shared by all devices, like UVA).
-pub(crate) const MANAGED_VA: u64 = 2 << 48;
-/// Start of process `p`'s host range: `HOST_VA + p * VA_SPAN`.
-pub(crate) const HOST_VA: u64 = 3 << 48;
-/// Start of process `p`'s range for opened IPC handles.
-pub(crate) const IPC_VA: u64 = 4 << 48;
-/// Start of the range address reservations (`cuMemAddressReserve`) take from, all devices and
-/// processes together; it spans [`RESERVE_SPAN`] bytes.
-pub(crate) const RESERVE_VA: u64 = 5 << 48;
-/// Bytes of address space for reservations: 256 TiB, three thousand 80 GiB reservations.
-pub(crate) const RESERVE_SPAN: u64 = 1 << 48;
-/// Where the bytes of physical memory (`cuMemCreate`) are kept while it is not mapped; never
-/// a device address.
-pub(crate) const PHYS_STORE: u64 = 6 << 48;
-/// Bytes of address space in each range. Addresses are never reused, so an access to freed
-/// memory is always caught; only driver pools hand the same address out again, as CUDA's do.
-pub(crate) const VA_SPAN: u64 = 1 << 44;
 /// How many freed allocations are remembered to tell a double free from a wild one.
 pub(crate) const FREED_MEMORY: usize = 1 << 16;
 /// Accesses remembered per allocation for race detection.
@@ -174,7 +155,8 @@ pub(crate) struct State {
     /// The exporting host's clock when each IPC handle was last made: opening a handle
     /// happens after making it (the handle travels from one process to the other).
     pub(crate) ipc_exports: BTreeMap<u64, VClock>,
-    pub(crate) contents: BTreeMap<u64, Box<[u8]>>,
+    /// What memory holds.
+    pub(crate) contents: ByteStore,
     /// Physical memory from `cuMemCreate`, by handle.
     pub(crate) phys: BTreeMap<u64, crate::reservation::Phys>,
     /// The next free address for reservations.
@@ -222,12 +204,6 @@ fn splitmix(rng: &mut u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// Rounds `n` up to a multiple of `to` (a power of two); `None` on overflow.
-#[inline]
-pub(crate) fn round_up(n: u64, to: u64) -> Option<u64> {
-    Some(n.checked_add(to - 1)? & !(to - 1))
-}
-
 impl State {
     pub(crate) fn new(cfg: SimConfig, machine_id: u64) -> Self {
         let mut st = State {
@@ -241,7 +217,7 @@ impl State {
             allocs: BTreeMap::new(),
             freed: BTreeMap::new(),
             ipc_exports: BTreeMap::new(),
-            contents: BTreeMap::new(),
+            contents: ByteStore::new(cfg.track_contents),
             phys: BTreeMap::new(),
             reserve_va_next: RESERVE_VA,
             phys_store_next: PHYS_STORE,

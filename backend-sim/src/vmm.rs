@@ -21,11 +21,10 @@
 use emm_core::units::Bytes;
 use emm_core::{CudaCode, DeviceId, DriverResult};
 
+use crate::address_space::{round_up, RESERVE_SPAN, RESERVE_VA};
 use crate::report::Violation;
 use crate::reservation::{Mapping, Phys, Reservation};
-use crate::state::{
-    round_up, AllocKind, State, IPC_VA, PHYS_STORE, RESERVE_SPAN, RESERVE_VA, VA_SPAN,
-};
+use crate::state::{AllocKind, State};
 use crate::stream_table::Accessor;
 
 impl State {
@@ -187,7 +186,7 @@ impl State {
         }
         self.phys.remove(&handle);
         self.devices[device as usize].used -= size;
-        self.poison(store, size);
+        self.contents.poison(store, size);
         let granules = size / self.cfg.vmm_granularity;
         self.charge(p, self.cfg.costs.vmm_create_ns(granules));
         Ok(())
@@ -264,7 +263,7 @@ impl State {
         if let Some(ph) = self.phys.get_mut(&handle) {
             ph.mapped_at = Some(ptr);
         }
-        self.move_contents(store, ptr, size);
+        self.contents.move_range(store, ptr, size);
         self.charge(p, self.cfg.costs.vmm_map_ns);
         Ok(())
     }
@@ -310,7 +309,7 @@ impl State {
                 ph.store
             });
             if let Some(store) = store {
-                self.move_contents(at, store, m.size);
+                self.contents.move_range(at, store, m.size);
             }
             if let Some(r) = self.reservation_mut(base) {
                 r.mappings.remove(&at);
@@ -350,23 +349,6 @@ impl State {
         Ok(())
     }
 
-    /// Moves the stored bytes of `len` bytes at `from` to `to` (both 4 KiB aligned).
-    fn move_contents(&mut self, from: u64, to: u64, len: u64) {
-        if !self.cfg.track_contents {
-            return;
-        }
-        let keys: Vec<u64> = self
-            .contents
-            .range(from..from + len)
-            .map(|(&k, _)| k)
-            .collect();
-        for k in keys {
-            if let Some(chunk) = self.contents.remove(&k) {
-                self.contents.insert(to + (k - from), chunk);
-            }
-        }
-    }
-
     /// Refuses a misuse with `ILLEGAL_STATE`, recording it as an invalid free.
     fn refuse(&mut self, addr: u64, why: String) -> emm_core::DriverError {
         self.refuse_with(CudaCode::ILLEGAL_STATE, addr, why)
@@ -384,10 +366,6 @@ impl State {
         self.err(code, why)
     }
 }
-
-// The store of unmapped bytes and the reservations lie outside every device's range.
-const _: () =
-    assert!(PHYS_STORE >= RESERVE_VA + RESERVE_SPAN && RESERVE_VA >= IPC_VA + 16 * VA_SPAN);
 
 impl State {
     /// The reservation at `base`, mutably.

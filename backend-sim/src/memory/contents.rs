@@ -1,10 +1,10 @@
-//! What memory holds, and the copies and fills that change it (`cuMemcpy*`, `cuMemsetD8`, host
-//! loads and stores).
+//! The copies and fills that change what memory holds (`cuMemcpy*`, `cuMemsetD8`, host loads
+//! and stores): each access is checked, then the bytes move in the `byte_store` part.
 
 use emm_core::{DriverResult, StreamId};
 
 use crate::config::CostModel;
-use crate::state::{AllocKind, State, CHUNK, POISON};
+use crate::state::{AllocKind, State};
 use crate::stream_table::Accessor;
 
 /// A copy or set as it starts.
@@ -18,76 +18,6 @@ struct Transfer {
 }
 
 impl State {
-    pub(crate) fn write_bytes(&mut self, mut addr: u64, mut src: &[u8]) {
-        if !self.cfg.track_contents {
-            return;
-        }
-        while !src.is_empty() {
-            let chunk = addr & !(CHUNK - 1);
-            let off = (addr - chunk) as usize;
-            let n = src.len().min(CHUNK as usize - off);
-            let buf = self
-                .contents
-                .entry(chunk)
-                .or_insert_with(|| vec![POISON; CHUNK as usize].into_boxed_slice());
-            buf[off..off + n].copy_from_slice(&src[..n]);
-            src = &src[n..];
-            addr += n as u64;
-        }
-    }
-
-    pub(crate) fn read_bytes(&self, mut addr: u64, mut dst: &mut [u8]) {
-        if !self.cfg.track_contents {
-            dst.fill(POISON);
-            return;
-        }
-        while !dst.is_empty() {
-            let chunk = addr & !(CHUNK - 1);
-            let off = (addr - chunk) as usize;
-            let n = dst.len().min(CHUNK as usize - off);
-            match self.contents.get(&chunk) {
-                Some(buf) => dst[..n].copy_from_slice(&buf[off..off + n]),
-                None => dst[..n].fill(POISON),
-            }
-            dst = &mut dst[n..];
-            addr += n as u64;
-        }
-    }
-
-    pub(crate) fn fill_bytes(&mut self, addr: u64, value: u8, len: u64) {
-        if !self.cfg.track_contents {
-            return;
-        }
-        let mut done = 0;
-        let block = vec![value; CHUNK as usize];
-        while done < len {
-            let n = (len - done).min(CHUNK - ((addr + done) & (CHUNK - 1)));
-            self.write_bytes(addr + done, &block[..n as usize]);
-            done += n;
-        }
-    }
-
-    /// Poisons freed memory: its chunks are dropped and read back as [`POISON`].
-    pub(crate) fn poison(&mut self, addr: u64, len: u64) {
-        if !self.cfg.track_contents || self.contents.is_empty() {
-            return;
-        }
-        let first = addr & !(CHUNK - 1);
-        let chunks: Vec<u64> = self
-            .contents
-            .range(first..addr + len)
-            .map(|(k, _)| *k)
-            .collect();
-        for c in chunks {
-            let (lo, hi) = (c.max(addr), (c + CHUNK).min(addr + len));
-            if lo == c && hi == c + CHUNK {
-                self.contents.remove(&c);
-            } else if let Some(buf) = self.contents.get_mut(&c) {
-                buf[(lo - c) as usize..(hi - c) as usize].fill(POISON);
-            }
-        }
-    }
-
     // ---- copies ----------------------------------------------------------------------------
 
     /// Starts a copy or set of `size` bytes on `stream` (or synchronously on the default
@@ -130,7 +60,7 @@ impl State {
         }
         let on = Accessor::Stream(t.stream);
         let target = self.access(p, on, dst, src.len() as u64, true, false, t.ns)?;
-        self.write_bytes(target, src);
+        self.contents.write(target, src);
         Ok(())
     }
 
@@ -147,7 +77,7 @@ impl State {
         };
         let on = Accessor::Stream(t.stream);
         let target = self.access(p, on, src, dst.len() as u64, false, false, t.ns)?;
-        self.read_bytes(target, dst);
+        self.contents.read(target, dst);
         // A pageable destination holds the bytes when the call returns: the host waits.
         self.host_wait_stream(p, t.stream);
         Ok(())
@@ -169,10 +99,10 @@ impl State {
         self.resolve(p, dst, size, true, false)?;
         let from = self.access(p, Accessor::Stream(t.stream), src, size, false, false, t.ns)?;
         let to = self.access(p, Accessor::Stream(t.stream), dst, size, true, false, 0)?;
-        if self.cfg.track_contents {
+        if self.contents.tracks() {
             let mut buf = vec![0u8; size as usize];
-            self.read_bytes(from, &mut buf);
-            self.write_bytes(to, &buf);
+            self.contents.read(from, &mut buf);
+            self.contents.write(to, &buf);
         }
         // A device-to-device copy never synchronizes the host, even in its synchronous form.
         Ok(())
@@ -193,7 +123,7 @@ impl State {
         // cuMemsetD8 runs as a kernel: it needs device-accessible memory (a host range only
         // while it is mapped), faults managed pages over, and needs peer access across devices.
         let target = self.access(p, Accessor::Stream(t.stream), dst, size, true, true, t.ns)?;
-        self.fill_bytes(target, value, size);
+        self.contents.fill(target, value, size);
         // cuMemsetD8 is asynchronous with respect to the host unless it sets pinned host memory.
         let pinned = self
             .containing(target)
@@ -210,7 +140,7 @@ impl State {
             return Ok(());
         }
         let target = self.access(p, Accessor::Host, src, dst.len() as u64, false, false, 0)?;
-        self.read_bytes(target, dst);
+        self.contents.read(target, dst);
         Ok(())
     }
 
@@ -220,7 +150,7 @@ impl State {
             return Ok(());
         }
         let target = self.access(p, Accessor::Host, dst, src.len() as u64, true, false, 0)?;
-        self.write_bytes(target, src);
+        self.contents.write(target, src);
         Ok(())
     }
 }

@@ -4,7 +4,8 @@
 
 use emm_core::{CudaCode, DriverResult, StreamId};
 
-use crate::state::{round_up, AllocKind, State};
+use crate::address_space::round_up;
+use crate::state::{AllocKind, State};
 use crate::stream_table::Accessor;
 
 use super::Region;

@@ -14,8 +14,10 @@ mod host;
 use emm_core::units::Bytes;
 use emm_core::{CudaCode, DriverResult, MemInfo};
 
+use crate::address_space::{round_up, DEVICE_VA, HOST_VA, IPC_VA, MANAGED_VA, VA_SPAN};
+use crate::byte_store::CHUNK;
 use crate::report::Violation;
-use crate::state::{round_up, Alloc, AllocKind, State, CHUNK, FREED_MEMORY, VA_SPAN};
+use crate::state::{Alloc, AllocKind, State, FREED_MEMORY};
 
 /// Which address range a new allocation takes its address from.
 #[derive(Clone, Copy)]
@@ -33,16 +35,16 @@ impl State {
         let (next, start) = match region {
             Region::Device(d) => (
                 &mut self.devices[d as usize].va_next,
-                crate::state::DEVICE_VA + u64::from(d) * VA_SPAN,
+                DEVICE_VA + u64::from(d) * VA_SPAN,
             ),
-            Region::Managed => (&mut self.managed_va_next, crate::state::MANAGED_VA),
+            Region::Managed => (&mut self.managed_va_next, MANAGED_VA),
             Region::Host(p) => (
                 &mut self.processes[p as usize].host_va_next,
-                crate::state::HOST_VA + u64::from(p) * VA_SPAN,
+                HOST_VA + u64::from(p) * VA_SPAN,
             ),
             Region::Ipc(p) => (
                 &mut self.processes[p as usize].ipc_va_next,
-                crate::state::IPC_VA + u64::from(p) * VA_SPAN,
+                IPC_VA + u64::from(p) * VA_SPAN,
             ),
         };
         let base = *next;
@@ -130,7 +132,7 @@ impl State {
 
     /// Forgets an allocation: poisons its bytes and remembers it as freed.
     pub(crate) fn retire(&mut self, base: u64, size: u64) {
-        self.poison(base, size);
+        self.contents.poison(base, size);
 
         self.freed.insert(base, size);
         if self.freed.len() > FREED_MEMORY {
