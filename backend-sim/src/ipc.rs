@@ -8,8 +8,9 @@
 
 use emm_core::{CudaCode, DriverResult, IpcMemHandle};
 
+use crate::allocation_table::AllocKind;
 use crate::memory::Region;
-use crate::state::{AllocKind, State};
+use crate::state::State;
 
 const MAGIC: &[u8; 8] = b"emm-sim\0";
 
@@ -34,7 +35,7 @@ impl State {
                 "this simulated device does not support IPC",
             ));
         }
-        let (base, a) = match self.containing(addr) {
+        let (base, a) = match self.allocs.containing(addr) {
             Some((base, a)) if a.process == p => (base, a),
             _ => {
                 return Err(self.err(
@@ -96,7 +97,7 @@ impl State {
         if exporter == p {
             return Err(self.err(CudaCode::INVALID_CONTEXT, "an IPC handle cannot be opened in the process that exported it; use the pointer itself"));
         }
-        match self.allocs.get(&base) {
+        match self.allocs.get(base) {
             Some(a) if a.serial == serial => {}
             _ => {
                 return Err(self.err(
@@ -131,15 +132,15 @@ impl State {
 
     pub(crate) fn ipc_close_mem_handle(&mut self, p: u32, addr: u64) -> DriverResult<()> {
         self.charge(p, self.cfg.costs.ipc_ns);
-        let serial = match self.allocs.get(&addr) {
+        let serial = match self.allocs.get(addr) {
             Some(a) if a.process == p => match a.kind {
                 AllocKind::IpcAlias { serial, .. } => serial,
                 _ => return Err(self.err(CudaCode::INVALID_VALUE, format!("{addr:#x} is {}, not an open IPC mapping", a.kind.describe()))),
             },
             _ => return Err(self.err(CudaCode::INVALID_VALUE, format!("{addr:#x} is not an open IPC mapping of this process (never opened, or closed already)"))),
         };
-        let size = self.allocs[&addr].size;
-        self.allocs.remove(&addr);
+        let size = self.allocs[addr].size;
+        self.allocs.remove(addr);
         self.processes[p as usize].opened.remove(&serial);
         self.retire(addr, size);
         Ok(())

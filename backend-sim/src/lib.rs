@@ -11,6 +11,7 @@
 //! - `state`: the machine's state behind one lock.
 //! - `driver_pool_table`: the driver memory pools, a part the state owns.
 //! - `host_regions`: host memory in use and the registered ranges, a part the state owns.
+//! - `allocation_table`: the live and recently freed allocations, a part the state owns.
 //! - `byte_store`: what memory holds, a part the state owns.
 //! - `audit`: the injected faults, the violations found and the call trace, a part the state
 //!   owns.
@@ -29,6 +30,7 @@
 //! - [`report`]: violations and outstanding resources.
 
 mod address_space;
+mod allocation_table;
 mod audit;
 mod byte_store;
 mod clock;

@@ -9,27 +9,14 @@
 
 use emm_core::{Advice, CudaCode, DeviceId, DriverResult, Location, StreamId};
 
+use crate::allocation_table::AllocKind;
 use crate::config::CostModel;
 use crate::managed_range::{copy_bit, ManagedAdvice, ManagedRange, Page, Span};
 use crate::memory::Region;
-use crate::state::{AllocKind, State};
+use crate::state::State;
 use crate::stream_table::Accessor;
 
 impl State {
-    fn managed_range(&self, base: u64) -> Option<&ManagedRange> {
-        match &self.allocs.get(&base)?.kind {
-            AllocKind::Managed(r) => Some(r),
-            _ => None,
-        }
-    }
-
-    fn managed_range_mut(&mut self, base: u64) -> Option<&mut ManagedRange> {
-        match &mut self.allocs.get_mut(&base)?.kind {
-            AllocKind::Managed(r) => Some(r),
-            _ => None,
-        }
-    }
-
     pub(crate) fn mem_alloc_managed(
         &mut self,
         p: u32,
@@ -90,7 +77,8 @@ impl State {
         };
         let page = self.cfg.managed_page_size;
         if let Some(pg) = self
-            .managed_range_mut(base)
+            .allocs
+            .managed_mut(base)
             .and_then(|r| r.pages.get_mut(&idx))
         {
             pg.loc = Location::Host;
@@ -106,7 +94,8 @@ impl State {
     fn place_page(&mut self, base: u64, idx: u64, to: Location) -> bool {
         let page = self.cfg.managed_page_size;
         let old = self
-            .managed_range(base)
+            .allocs
+            .managed(base)
             .and_then(|r| r.pages.get(&idx))
             .copied();
         if let Some(Page {
@@ -133,7 +122,7 @@ impl State {
         if let Location::Device(d) = loc {
             self.lru[d.0 as usize].insert(tick, (base, idx));
         }
-        if let Some(r) = self.managed_range_mut(base) {
+        if let Some(r) = self.allocs.managed_mut(base) {
             let copies = old.map_or(0, |o| o.copies);
             r.pages.insert(idx, Page { loc, tick, copies });
         }
@@ -151,7 +140,7 @@ impl State {
         migrate: bool,
         write: bool,
     ) -> u64 {
-        if self.managed_range(base).is_none() {
+        if self.allocs.managed(base).is_none() {
             return 0;
         }
         let page = self.cfg.managed_page_size;
@@ -159,7 +148,7 @@ impl State {
         let (first, last_idx) = ((addr - base) / page, (addr - base + len - 1) / page);
         let mut ns = 0;
         for idx in first..=last_idx {
-            let r = self.managed_range(base).expect("checked above");
+            let r = self.allocs.managed(base).expect("checked above");
             let advice = r.advice_at(idx * page);
             match r.pages.get(&idx).copied() {
                 None => {
@@ -182,7 +171,8 @@ impl State {
                             );
                             self.count_migration(accessor, page);
                             if let Some(p) = self
-                                .managed_range_mut(base)
+                                .allocs
+                                .managed_mut(base)
                                 .and_then(|r| r.pages.get_mut(&idx))
                             {
                                 p.copies |= copy_bit(accessor);
@@ -202,7 +192,8 @@ impl State {
             }
             if write {
                 if let Some(p) = self
-                    .managed_range_mut(base)
+                    .allocs
+                    .managed_mut(base)
                     .and_then(|r| r.pages.get_mut(&idx))
                 {
                     p.copies = 0;
@@ -225,7 +216,7 @@ impl State {
             return Err(self.zero_size());
         }
         let (base, target) = self.resolve(p, addr, len, true, false)?;
-        if self.managed_range(base).is_none() || target != addr {
+        if self.allocs.managed(base).is_none() || target != addr {
             return Err(self.err(
                 CudaCode::INVALID_VALUE,
                 format!("{addr:#x} is not managed memory; advice and prefetch apply to memory from mem_alloc_managed"),
@@ -254,7 +245,8 @@ impl State {
         self.charge(p, self.cfg.costs.advise_ns);
         let (start, end) = (addr - base, addr - base + len);
         let r = self
-            .managed_range_mut(base)
+            .allocs
+            .managed_mut(base)
             .expect("checked by managed_base");
         match advice {
             Advice::SetPreferredLocation => r.preferred.push(Span {
@@ -312,7 +304,8 @@ impl State {
         let mut moved = 0;
         for idx in first..=last_idx {
             let old = self
-                .managed_range(base)
+                .allocs
+                .managed(base)
                 .and_then(|r| r.pages.get(&idx))
                 .map(|pg| pg.loc);
             if old == Some(location) {
@@ -341,8 +334,8 @@ impl State {
 
     /// Where the page holding `addr` lives (`None`: not managed, or not yet populated).
     pub(crate) fn residency(&self, addr: u64) -> Option<Location> {
-        let (base, _) = self.containing(addr)?;
-        let r = self.managed_range(base)?;
+        let (base, _) = self.allocs.containing(addr)?;
+        let r = self.allocs.managed(base)?;
         r.pages
             .get(&((addr - base) / self.cfg.managed_page_size))
             .map(|pg| pg.loc)
@@ -350,8 +343,8 @@ impl State {
 
     /// The advice in force at `addr`, if it is managed memory.
     pub(crate) fn advice(&self, addr: u64) -> Option<ManagedAdvice> {
-        let (base, _) = self.containing(addr)?;
-        Some(self.managed_range(base)?.advice_at(addr - base))
+        let (base, _) = self.allocs.containing(addr)?;
+        Some(self.allocs.managed(base)?.advice_at(addr - base))
     }
 
     /// Bytes of managed memory resident on `device`.

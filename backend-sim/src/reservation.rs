@@ -112,6 +112,13 @@ impl Reservation {
         }
     }
 
+    /// The mapping holding `addr`: its address and size.
+    pub(crate) fn mapping_at(&self, addr: u64) -> Option<(u64, u64)> {
+        let (&b, m) = self.mappings.range(..=addr).next_back()?;
+        (addr < b + m.size).then_some((b, m.size))
+    }
+
+    /// Whether `addr` was mapped once and is not any more.
     pub(crate) fn was_unmapped(&self, addr: u64) -> bool {
         self.unmapped
             .range(..=addr)

@@ -8,11 +8,12 @@
 use std::cell::Cell;
 use std::collections::BTreeMap;
 
-use emm_core::{CudaCode, DeviceId, DriverError, DriverResult, HostAllocFlags};
+use emm_core::{CudaCode, DeviceId, DriverError, DriverResult};
 
 use crate::address_space::{
     DEVICE_VA, HOST_VA, IPC_VA, MANAGED_VA, PHYS_STORE, RESERVE_VA, VA_SPAN,
 };
+use crate::allocation_table::AllocationTable;
 use crate::audit::Audit;
 use crate::byte_store::{ByteStore, CHUNK};
 use crate::clock::{Actor, VClock};
@@ -22,69 +23,6 @@ use crate::host_regions::HostRegions;
 use crate::report::Violation;
 use crate::stream_table::{Stream, StreamTable};
 use crate::trace::CallKind;
-
-/// How many freed allocations are remembered to tell a double free from a wild one.
-pub(crate) const FREED_MEMORY: usize = 1 << 16;
-/// Accesses remembered per allocation for race detection.
-pub(crate) const ACCESS_MEMORY: usize = 256;
-
-/// What kind of memory an allocation is; it also holds the per-kind part (a managed range, a
-/// reservation).
-#[derive(Debug)]
-pub(crate) enum AllocKind {
-    /// `cuMemAlloc`.
-    Device { device: u32 },
-    /// A stream-ordered allocation from a driver pool.
-    PoolBlock { device: u32, pool: u64 },
-    /// `cuMemAllocManaged`.
-    Managed(Box<crate::managed_range::ManagedRange>),
-    /// `cuMemHostAlloc`.
-    Pinned { flags: HostAllocFlags },
-    /// `malloc`.
-    Pageable,
-    /// An IPC handle opened in this process, aliasing `target`.
-    IpcAlias { target: u64, serial: u64 },
-    /// A virtual address reservation (`cuMemAddressReserve`) and what is mapped in it.
-    Reserved(Box<crate::reservation::Reservation>),
-}
-
-impl AllocKind {
-    pub(crate) fn describe(&self) -> &'static str {
-        match self {
-            AllocKind::Device { .. } => "device memory from cuMemAlloc",
-            AllocKind::PoolBlock { .. } => "stream-ordered memory from cuMemAllocAsync",
-            AllocKind::Managed(_) => "managed memory",
-            AllocKind::Pinned { .. } => "pinned host memory",
-            AllocKind::Pageable => "pageable host memory",
-            AllocKind::IpcAlias { .. } => "an opened IPC mapping",
-            AllocKind::Reserved(_) => "a virtual address reservation from cuMemAddressReserve",
-        }
-    }
-}
-
-/// One access remembered for race detection.
-#[derive(Debug, Clone)]
-pub(crate) struct Access {
-    pub(crate) start: u64,
-    pub(crate) end: u64,
-    pub(crate) actor: Actor,
-    pub(crate) epoch: u64,
-    pub(crate) write: bool,
-    pub(crate) op: &'static str,
-}
-
-/// A live allocation.
-#[derive(Debug)]
-pub(crate) struct Alloc {
-    pub(crate) size: u64,
-    /// Bytes accounted against the device or host (rounded).
-    pub(crate) reserved: u64,
-    pub(crate) kind: AllocKind,
-    pub(crate) process: u32,
-    pub(crate) serial: u64,
-    pub(crate) caller: &'static str,
-    pub(crate) accesses: Vec<Access>,
-}
 
 #[derive(Debug)]
 pub(crate) struct Device {
@@ -149,9 +87,8 @@ pub(crate) struct State {
     /// Streams, events and the per-thread default streams.
     pub(crate) streams: StreamTable,
     pub(crate) pools: DriverPools,
-    pub(crate) allocs: BTreeMap<u64, Alloc>,
-    /// Recently freed allocations: base → size.
-    pub(crate) freed: BTreeMap<u64, u64>,
+    /// Every live allocation and the recently freed ones.
+    pub(crate) allocs: AllocationTable,
     /// The exporting host's clock when each IPC handle was last made: opening a handle
     /// happens after making it (the handle travels from one process to the other).
     pub(crate) ipc_exports: BTreeMap<u64, VClock>,
@@ -214,8 +151,7 @@ impl State {
             contexts: Vec::new(),
             streams: StreamTable::default(),
             pools: DriverPools::default(),
-            allocs: BTreeMap::new(),
-            freed: BTreeMap::new(),
+            allocs: AllocationTable::default(),
             ipc_exports: BTreeMap::new(),
             contents: ByteStore::new(cfg.track_contents),
             phys: BTreeMap::new(),

@@ -22,9 +22,10 @@ use emm_core::units::Bytes;
 use emm_core::{CudaCode, DeviceId, DriverResult};
 
 use crate::address_space::{round_up, RESERVE_SPAN, RESERVE_VA};
+use crate::allocation_table::AllocKind;
 use crate::report::Violation;
-use crate::reservation::{Mapping, Phys, Reservation};
-use crate::state::{AllocKind, State};
+use crate::reservation::{Mapping, Phys};
+use crate::state::State;
 use crate::stream_table::Accessor;
 
 impl State {
@@ -105,7 +106,7 @@ impl State {
     }
 
     pub(crate) fn mem_address_free(&mut self, p: u32, ptr: u64, size: u64) -> DriverResult<()> {
-        let (reserved, mapped) = match self.allocs.get(&ptr) {
+        let (reserved, mapped) = match self.allocs.get(ptr) {
             Some(a) if a.process == p => match &a.kind {
                 AllocKind::Reserved(r) => {
                     (a.size, r.mappings.iter().next().map(|(&b, m)| (b, m.size)))
@@ -124,7 +125,7 @@ impl State {
             let why = format!("{} is still mapped at {at:#x}; unmap it first", Bytes(n));
             return Err(self.refuse(ptr, why));
         }
-        self.allocs.remove(&ptr);
+        self.allocs.remove(ptr);
         self.retire(ptr, size);
         self.charge(p, self.cfg.costs.vmm_reserve_ns);
         Ok(())
@@ -194,7 +195,7 @@ impl State {
 
     /// The reservation of process `p` holding `ptr..ptr + len` whole: its base.
     fn reservation_of(&self, p: u32, ptr: u64, len: u64) -> DriverResult<u64> {
-        match self.containing(ptr) {
+        match self.allocs.containing(ptr) {
             Some((base, a))
                 if a.process == p
                     && matches!(a.kind, AllocKind::Reserved(_))
@@ -246,7 +247,10 @@ impl State {
         }
         let base = self.reservation_of(p, ptr, size)?;
         let end = ptr + size;
-        let clash = self.reservation(base).and_then(|r| r.overlapping(ptr, end));
+        let clash = self
+            .allocs
+            .reservation(base)
+            .and_then(|r| r.overlapping(ptr, end));
         if let Some(at) = clash {
             return Err(self.err(
                 CudaCode::ALREADY_MAPPED,
@@ -256,7 +260,7 @@ impl State {
                 ),
             ));
         }
-        if let Some(r) = self.reservation_mut(base) {
+        if let Some(r) = self.allocs.reservation_mut(base) {
             r.mappings.insert(ptr, Mapping::new(size, handle));
             r.forget_unmapped(ptr, end);
         }
@@ -272,7 +276,7 @@ impl State {
         let base = self.reservation_of(p, ptr, size.max(1))?;
         let end = ptr + size;
         let mut whole = Vec::new();
-        let gap = self.reservation(base).and_then(|r| {
+        let gap = self.allocs.reservation(base).and_then(|r| {
             r.first_gap(ptr, end, |b, m| whole.push((b, *m)))
                 .or_else(|| {
                     // The range must hold whole mappings: none may start before it or end after.
@@ -311,7 +315,7 @@ impl State {
             if let Some(store) = store {
                 self.contents.move_range(at, store, m.size);
             }
-            if let Some(r) = self.reservation_mut(base) {
+            if let Some(r) = self.allocs.reservation_mut(base) {
                 r.mappings.remove(&at);
                 r.record_unmapped(at, m.size);
             }
@@ -332,6 +336,7 @@ impl State {
         let base = self.reservation_of(p, ptr, size)?;
         let mut covered = Vec::new();
         let gap = self
+            .allocs
             .reservation(base)
             .and_then(|r| r.first_gap(ptr, ptr + size, |b, _| covered.push(b)));
         if let Some(at) = gap {
@@ -340,7 +345,7 @@ impl State {
                 format!("{at:#x} is not mapped; map the whole range before granting access"),
             ));
         }
-        if let Some(r) = self.reservation_mut(base) {
+        if let Some(r) = self.allocs.reservation_mut(base) {
             for b in covered {
                 r.grant(b, d);
             }
@@ -368,22 +373,6 @@ impl State {
 }
 
 impl State {
-    /// The reservation at `base`, mutably.
-    pub(crate) fn reservation_mut(&mut self, base: u64) -> Option<&mut Reservation> {
-        match self.allocs.get_mut(&base).map(|a| &mut a.kind) {
-            Some(AllocKind::Reserved(r)) => Some(r),
-            _ => None,
-        }
-    }
-
-    /// The reservation at `base`.
-    pub(crate) fn reservation(&self, base: u64) -> Option<&Reservation> {
-        match self.allocs.get(&base).map(|a| &a.kind) {
-            Some(AllocKind::Reserved(r)) => Some(r),
-            _ => None,
-        }
-    }
-
     /// Checks a device-side access of `len` bytes at `addr` in the reservation at `base`:
     /// every byte mapped, and access granted (to `device`, when the access is a kernel's).
     pub(crate) fn check_mapped(
@@ -393,7 +382,7 @@ impl State {
         len: u64,
         device: Option<u32>,
     ) -> DriverResult<()> {
-        let Some(r) = self.reservation(base) else {
+        let Some(r) = self.allocs.reservation(base) else {
             return Ok(());
         };
         let mut denied = None;
@@ -437,15 +426,5 @@ impl State {
             )),
             (None, None) => Ok(()),
         }
-    }
-
-    /// The mapping holding `addr` in the reservation at `base`: its address and size.
-    pub(crate) fn mapping_at(&self, base: u64, addr: u64) -> Option<(u64, u64)> {
-        let (&b, m) = self
-            .reservation(base)?
-            .mappings
-            .range(..=addr)
-            .next_back()?;
-        (addr < b + m.size).then_some((b, m.size))
     }
 }

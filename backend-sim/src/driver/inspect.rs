@@ -6,10 +6,11 @@ use std::collections::BTreeMap;
 
 use emm_core::{DeviceId, DevicePtr, DriverResult, Location, StreamId};
 
+use crate::allocation_table::AllocKind;
 use crate::config::Fault;
 use crate::managed_range::ManagedAdvice;
 use crate::report::{Outstanding, SimReport};
-use crate::state::{AllocKind, ManagedStats};
+use crate::state::ManagedStats;
 use crate::trace::{CallKind, TraceEvent};
 
 use super::SimDriver;
@@ -46,7 +47,7 @@ impl SimDriver {
             o.count += 1;
             o.bytes += bytes;
         };
-        for (&addr, a) in &st.allocs {
+        for (addr, a) in st.allocs.iter() {
             if r.leaks.len() < crate::report::LEAKS_LISTED {
                 r.leaks.push(crate::report::Leak {
                     addr,

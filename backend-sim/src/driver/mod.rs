@@ -15,8 +15,9 @@ use emm_core::{
     StreamId,
 };
 
+use crate::allocation_table::AllocKind;
 use crate::config::SimConfig;
-use crate::state::{AllocKind, State};
+use crate::state::State;
 use crate::trace::{CallKind, TraceEvent};
 
 static NEXT_MACHINE: AtomicU64 = AtomicU64::new(1);

@@ -3,9 +3,10 @@
 
 use emm_core::{CudaCode, DriverResult, StreamId};
 
+use crate::allocation_table::{Access, AllocKind};
 use crate::config::CostModel;
 use crate::report::Violation;
-use crate::state::{Access, AllocKind, State, ACCESS_MEMORY};
+use crate::state::State;
 use crate::stream_table::Accessor;
 
 impl State {
@@ -22,15 +23,13 @@ impl State {
     ) -> DriverResult<(u64, u64)> {
         let call = self.call.name();
         let caller = self.caller;
-        let Some((base, a)) = self.containing(addr) else {
-            if let Some((&fbase, &fsize)) = self.freed.range(..=addr).next_back() {
-                if addr < fbase + fsize {
-                    self.violate(Violation::UseAfterFree { call, addr, caller });
-                    return Err(self.err(
-                        CudaCode::ILLEGAL_ADDRESS,
-                        format!("{addr:#x} was freed; it is used after free"),
-                    ));
-                }
+        let Some((base, a)) = self.allocs.containing(addr) else {
+            if self.allocs.was_freed(addr) {
+                self.violate(Violation::UseAfterFree { call, addr, caller });
+                return Err(self.err(
+                    CudaCode::ILLEGAL_ADDRESS,
+                    format!("{addr:#x} was freed; it is used after free"),
+                ));
             }
             self.violate(Violation::OutOfBounds {
                 call,
@@ -96,7 +95,7 @@ impl State {
             AllocKind::IpcAlias { target, serial } => {
                 let (target, serial) = (*target, *serial);
                 let off = addr - base;
-                match self.allocs.get(&target) {
+                match self.allocs.get(target) {
                     Some(t) if t.serial == serial => Ok((target, target + off)),
                     _ => {
                         self.violate(Violation::UseAfterFree { call, addr, caller });
@@ -131,7 +130,7 @@ impl State {
         len: u64,
         s: u64,
     ) -> DriverResult<()> {
-        let owner = match self.allocs.get(&base).map(|a| &a.kind) {
+        let owner = match self.allocs.get(base).map(|a| &a.kind) {
             Some(AllocKind::Device { device } | AllocKind::PoolBlock { device, .. }) => *device,
             Some(AllocKind::Reserved(_)) => {
                 // Mapped memory is reachable from the devices cuMemSetAccess names.
@@ -188,44 +187,18 @@ impl State {
             }
             Accessor::Stream(s) => &self.streams[s].clock,
         };
-        let Some(alloc) = self.allocs.get_mut(&base) else {
+        let Some(alloc) = self.allocs.get_mut(base) else {
             return;
         };
-        let mut race = None;
-        for a in &alloc.accesses {
-            if a.start < end
-                && start < a.end
-                && a.actor != actor
-                && (a.write || write)
-                && !clock.has_seen(a.actor, a.epoch)
-            {
-                race = Some((a.start.max(start), a.actor, a.op));
-                break;
-            }
-        }
-        // Forget accesses this one supersedes: ordered before it and inside its range.
-        alloc.accesses.retain(|a| {
-            !(a.start >= start
-                && a.end <= end
-                && (write || !a.write)
-                && (a.actor == actor || clock.has_seen(a.actor, a.epoch)))
-        });
-        // A reservation is one allocation for a whole pool: it remembers more.
-        let memory = match alloc.kind {
-            AllocKind::Reserved(_) => 16 * ACCESS_MEMORY,
-            _ => ACCESS_MEMORY,
-        };
-        if alloc.accesses.len() >= memory {
-            alloc.accesses.remove(0);
-        }
-        alloc.accesses.push(Access {
+        let access = Access {
             start,
             end,
             actor,
             epoch,
             write,
             op,
-        });
+        };
+        let race = alloc.record_access(access, clock);
         if let Some((addr, first_actor, first_op)) = race {
             let name = |st: &State, a: u32| {
                 if st.processes.iter().any(|pr| pr.host_actor == a) {

@@ -3,8 +3,9 @@
 
 use emm_core::{DriverResult, StreamId};
 
+use crate::allocation_table::AllocKind;
 use crate::config::CostModel;
-use crate::state::{AllocKind, State};
+use crate::state::State;
 use crate::stream_table::Accessor;
 
 /// A copy or set as it starts.
@@ -126,6 +127,7 @@ impl State {
         self.contents.fill(target, value, size);
         // cuMemsetD8 is asynchronous with respect to the host unless it sets pinned host memory.
         let pinned = self
+            .allocs
             .containing(target)
             .is_some_and(|(_, a)| matches!(a.kind, AllocKind::Pinned { .. }));
         if t.sync && pinned {

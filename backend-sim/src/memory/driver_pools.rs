@@ -5,7 +5,8 @@
 use emm_core::{CudaCode, DriverResult, StreamId};
 
 use crate::address_space::round_up;
-use crate::state::{AllocKind, State};
+use crate::allocation_table::AllocKind;
+use crate::state::State;
 use crate::stream_table::Accessor;
 
 use super::Region;
@@ -109,7 +110,7 @@ impl State {
         stream: StreamId,
     ) -> DriverResult<()> {
         let s = self.stream(p, stream)?;
-        let pool = match self.allocs.get(&addr) {
+        let pool = match self.allocs.get(addr) {
             Some(a) if a.process == p => match a.kind {
                 AllocKind::PoolBlock { pool, .. } => pool,
                 AllocKind::Device { .. } | AllocKind::Managed(_) => {
@@ -122,7 +123,7 @@ impl State {
             _ => return Err(self.bad_free(p, addr, "stream-ordered device memory")),
         };
         self.charge(p, self.cfg.costs.alloc_async_ns);
-        let (size, reserved) = (self.allocs[&addr].size, self.allocs[&addr].reserved);
+        let (size, reserved) = (self.allocs[addr].size, self.allocs[addr].reserved);
         // The free is the stream's last use of the block: it must be ordered after every other use.
         let (actor, epoch) = self.enqueue(p, s, 0);
         self.check_races(
@@ -135,7 +136,7 @@ impl State {
             "cuMemFreeAsync",
             Accessor::Stream(s),
         );
-        self.allocs.remove(&addr);
+        self.allocs.remove(addr);
         let done_at = self.streams[s].busy_until;
         self.return_to_pool(pool, addr, reserved, Some((actor, epoch, done_at)));
         self.retire(addr, size);

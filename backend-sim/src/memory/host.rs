@@ -4,8 +4,9 @@
 use emm_core::units::Bytes;
 use emm_core::{CudaCode, DriverResult, HostAllocFlags};
 
+use crate::allocation_table::{Alloc, AllocKind};
 use crate::host_regions::Registration;
-use crate::state::{Alloc, AllocKind, State};
+use crate::state::State;
 
 use super::Region;
 
@@ -66,7 +67,7 @@ impl State {
         } else {
             "pageable host memory"
         };
-        let ok = match self.allocs.get(&addr) {
+        let ok = match self.allocs.get(addr) {
             Some(a) if a.process == p => matches!(
                 (&a.kind, pinned),
                 (AllocKind::Pinned { .. }, true) | (AllocKind::Pageable, false)
@@ -76,7 +77,7 @@ impl State {
         if !ok {
             return Err(self.bad_free(p, addr, expected));
         }
-        let size = self.allocs[&addr].size;
+        let size = self.allocs[addr].size;
         if !pinned {
             if let Some(start) = self.host.registered_start_in(addr, addr + size) {
                 return Err(self.err(
@@ -87,7 +88,7 @@ impl State {
         }
         // Freeing is the host's last touch: a stream still using the memory races with it.
         self.host_touch(p, addr, addr, addr + size, "cuMemFreeHost/free");
-        self.allocs.remove(&addr);
+        self.allocs.remove(addr);
         self.host.give_back(size);
         self.charge(
             p,
@@ -114,7 +115,7 @@ impl State {
         if size == 0 {
             return Err(self.zero_size());
         }
-        match self.containing(addr) {
+        match self.allocs.containing(addr) {
             Some((base, a)) if a.process == p && matches!(a.kind, AllocKind::Pageable) => {
                 // Without wrapping for an absurd `size` (as in `resolve`).
                 let room = (base + a.size).saturating_sub(addr);
@@ -167,7 +168,7 @@ impl State {
             Some(r) if r.process == p => {
                 let size = r.size;
                 // Unpinning with stream work still using the range races with it.
-                if let Some((base, _)) = self.containing(addr) {
+                if let Some((base, _)) = self.allocs.containing(addr) {
                     self.host_touch(p, base, addr, addr + size, "cuMemHostUnregister");
                 }
                 self.host.unregister(addr);
@@ -196,7 +197,7 @@ impl State {
     }
 
     pub(crate) fn host_device_pointer(&self, p: u32, addr: u64) -> DriverResult<u64> {
-        match self.containing(addr) {
+        match self.allocs.containing(addr) {
             Some((_, a)) if a.process == p && self.host_mapped(a, addr, 1) => Ok(addr),
             Some((_, a)) if a.process == p => Err(self.err(
                 CudaCode::INVALID_VALUE,

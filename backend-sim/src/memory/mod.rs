@@ -15,9 +15,10 @@ use emm_core::units::Bytes;
 use emm_core::{CudaCode, DriverResult, MemInfo};
 
 use crate::address_space::{round_up, DEVICE_VA, HOST_VA, IPC_VA, MANAGED_VA, VA_SPAN};
+use crate::allocation_table::{Alloc, AllocKind};
 use crate::byte_store::CHUNK;
 use crate::report::Violation;
-use crate::state::{Alloc, AllocKind, State, FREED_MEMORY};
+use crate::state::State;
 
 /// Which address range a new allocation takes its address from.
 #[derive(Clone, Copy)]
@@ -133,11 +134,7 @@ impl State {
     /// Forgets an allocation: poisons its bytes and remembers it as freed.
     pub(crate) fn retire(&mut self, base: u64, size: u64) {
         self.contents.poison(base, size);
-
-        self.freed.insert(base, size);
-        if self.freed.len() > FREED_MEMORY {
-            self.freed.pop_first();
-        }
+        self.allocs.record_freed(base, size);
     }
 
     /// The error (and violation) for freeing `addr`, which is not a live base of `expected`.
@@ -145,14 +142,14 @@ impl State {
     pub(crate) fn bad_free(&mut self, p: u32, addr: u64, expected: &str) -> emm_core::DriverError {
         let call = self.call.name();
         let caller = self.caller;
-        if self.freed.contains_key(&addr) {
+        if self.allocs.was_freed_at(addr) {
             self.violate(Violation::DoubleFree { call, addr, caller });
             return self.err(
                 CudaCode::INVALID_VALUE,
                 format!("{addr:#x} was already freed (double free)"),
             );
         }
-        let why = match self.containing(addr) {
+        let why = match self.allocs.containing(addr) {
             Some((base, a)) if base == addr && a.process != p => {
                 format!("it belongs to process {}, not this one", a.process)
             }
@@ -176,12 +173,6 @@ impl State {
             CudaCode::INVALID_VALUE,
             format!("cannot free {addr:#x}: {why}"),
         )
-    }
-
-    /// The live allocation containing `addr`.
-    pub(crate) fn containing(&self, addr: u64) -> Option<(u64, &Alloc)> {
-        let (&base, a) = self.allocs.range(..=addr).next_back()?;
-        (addr < base + a.size.max(1)).then_some((base, a))
     }
 
     // ---- device memory ---------------------------------------------------------------------
@@ -214,7 +205,7 @@ impl State {
 
     /// `cuMemFree`: device, stream-ordered or managed memory; synchronizes the device first.
     pub(crate) fn mem_free(&mut self, p: u32, addr: u64) -> DriverResult<()> {
-        let (size, reserved, device) = match self.allocs.get(&addr) {
+        let (size, reserved, device) = match self.allocs.get(addr) {
             Some(a) if a.process == p => match &a.kind {
                 AllocKind::Device { device } | AllocKind::PoolBlock { device, .. } => {
                     (a.size, a.reserved, Some(*device))
@@ -227,7 +218,7 @@ impl State {
         let sync_device = device.unwrap_or_else(|| self.current_device(p));
         self.host_wait_device(p, sync_device);
         self.charge(p, self.cfg.costs.alloc_ns(size));
-        let alloc = self.allocs.remove(&addr).expect("looked up above");
+        let alloc = self.allocs.remove(addr).expect("looked up above");
         self.ipc_exports.remove(&alloc.serial);
         match alloc.kind {
             AllocKind::Device { device } => self.devices[device as usize].used -= reserved,
@@ -253,9 +244,13 @@ impl State {
 
     pub(crate) fn mem_get_address_range(&mut self, p: u32, addr: u64) -> DriverResult<(u64, u64)> {
         self.charge(p, self.cfg.costs.call_ns);
-        match self.containing(addr) {
+        match self.allocs.containing(addr) {
             Some((base, a)) if a.process == p && matches!(a.kind, AllocKind::Reserved(_)) => {
-                self.mapping_at(base, addr).ok_or_else(|| {
+                let mapping = self
+                    .allocs
+                    .reservation(base)
+                    .and_then(|r| r.mapping_at(addr));
+                mapping.ok_or_else(|| {
                     self.err(
                         CudaCode::NOT_FOUND,
                         format!("{addr:#x} is reserved but not mapped"),
