@@ -13,6 +13,8 @@
 //! - `host_regions`: host memory in use and the registered ranges, a part the state owns.
 //! - `allocation_table`: the live and recently freed allocations, a part the state owns.
 //! - `byte_store`: what memory holds, a part the state owns.
+//! - `virtual_memory`: physical memory and the reservations' address range, a part the
+//!   state owns.
 //! - `audit`: the injected faults, the violations found and the call trace, a part the state
 //!   owns.
 //! - `memory`: allocations, contents and the checks on every access.
@@ -48,6 +50,7 @@ mod state;
 mod stream_table;
 mod streams;
 pub mod trace;
+mod virtual_memory;
 mod vmm;
 
 pub use byte_store::POISON;

@@ -10,9 +10,7 @@ use std::collections::BTreeMap;
 
 use emm_core::{CudaCode, DeviceId, DriverError, DriverResult};
 
-use crate::address_space::{
-    DEVICE_VA, HOST_VA, IPC_VA, MANAGED_VA, PHYS_STORE, RESERVE_VA, VA_SPAN,
-};
+use crate::address_space::{DEVICE_VA, HOST_VA, IPC_VA, MANAGED_VA, VA_SPAN};
 use crate::allocation_table::AllocationTable;
 use crate::audit::Audit;
 use crate::byte_store::{ByteStore, CHUNK};
@@ -23,6 +21,7 @@ use crate::host_regions::HostRegions;
 use crate::report::Violation;
 use crate::stream_table::{Stream, StreamTable};
 use crate::trace::CallKind;
+use crate::virtual_memory::VirtualMemory;
 
 #[derive(Debug)]
 pub(crate) struct Device {
@@ -94,12 +93,8 @@ pub(crate) struct State {
     pub(crate) ipc_exports: BTreeMap<u64, VClock>,
     /// What memory holds.
     pub(crate) contents: ByteStore,
-    /// Physical memory from `cuMemCreate`, by handle.
-    pub(crate) phys: BTreeMap<u64, crate::reservation::Phys>,
-    /// The next free address for reservations.
-    pub(crate) reserve_va_next: u64,
-    /// The next free address in the store of unmapped physical memory's bytes.
-    pub(crate) phys_store_next: u64,
+    /// Physical memory and the address ranges of reservations and of the store.
+    pub(crate) vmm: VirtualMemory,
     pub(crate) managed_va_next: u64,
     pub(crate) lru: Vec<BTreeMap<u64, (u64, u64)>>,
     pub(crate) lru_tick: u64,
@@ -154,9 +149,7 @@ impl State {
             allocs: AllocationTable::default(),
             ipc_exports: BTreeMap::new(),
             contents: ByteStore::new(cfg.track_contents),
-            phys: BTreeMap::new(),
-            reserve_va_next: RESERVE_VA,
-            phys_store_next: PHYS_STORE,
+            vmm: VirtualMemory::default(),
             managed_va_next: MANAGED_VA,
             lru: Vec::new(),
             lru_tick: 0,

@@ -17,11 +17,15 @@
 //! `ILLEGAL_STATE`) and recorded as a violation: releasing mapped memory, freeing a reservation
 //! with mappings, unmapping what is not mapped. `cuMemUnmap` is not stream-ordered, so an
 //! unmap is a host write to the range: stream work on it the host has not waited for is a race.
+//!
+//! The parts these operations touch: the reservations in `allocation_table`, the physical
+//! memory and address ranges in `virtual_memory`, the bytes in `byte_store`, and the devices'
+//! accounting on the state.
 
 use emm_core::units::Bytes;
 use emm_core::{CudaCode, DeviceId, DriverResult};
 
-use crate::address_space::{round_up, RESERVE_SPAN, RESERVE_VA};
+use crate::address_space::RESERVE_SPAN;
 use crate::allocation_table::AllocKind;
 use crate::report::Violation;
 use crate::reservation::{Mapping, Phys};
@@ -82,24 +86,18 @@ impl State {
                 format!("alignment {alignment} is not a power of two (or 0 for the default)"),
             ));
         }
-        let base = round_up(self.reserve_va_next, alignment.max(g));
         // A gap of one granule after each reservation, so that an overrun lands nowhere.
-        let end = base.and_then(|b| b.checked_add(size)?.checked_add(g));
-        let (base, end) = match (base, end) {
-            (Some(b), Some(e)) if e - RESERVE_VA <= RESERVE_SPAN => (b, e),
-            _ => {
-                return Err(self.err(
-                    CudaCode::OUT_OF_MEMORY,
-                    format!(
-                        "cannot reserve {}: the simulator's {} of reservable address space is \
-                         used up (it never reuses addresses); create a new SimDriver",
-                        Bytes(size),
-                        Bytes(RESERVE_SPAN)
-                    ),
-                ))
-            }
+        let Some(base) = self.vmm.take_reservation(size, alignment.max(g), g) else {
+            return Err(self.err(
+                CudaCode::OUT_OF_MEMORY,
+                format!(
+                    "cannot reserve {}: the simulator's {} of reservable address space is used \
+                     up (it never reuses addresses); create a new SimDriver",
+                    Bytes(size),
+                    Bytes(RESERVE_SPAN)
+                ),
+            ));
         };
-        self.reserve_va_next = end;
         self.insert_alloc(base, size, 0, AllocKind::Reserved(Box::default()), p);
         self.charge(p, self.cfg.costs.vmm_reserve_ns);
         Ok(base)
@@ -136,8 +134,7 @@ impl State {
         let granules = self.granules(size, "the physical allocation")?;
         self.reserve_device(d, size)
             .map_err(|avail| self.oom(d, size, avail))?;
-        let store = self.phys_store_next;
-        self.phys_store_next += size;
+        let store = self.vmm.take_store(size);
         let handle = self.handle();
         let phys = Phys {
             size,
@@ -147,14 +144,14 @@ impl State {
             store,
             mapped_at: None,
         };
-        self.phys.insert(handle, phys);
+        self.vmm.insert(handle, phys);
         self.charge(p, self.cfg.costs.vmm_create_ns(granules));
         Ok(handle)
     }
 
     /// The live physical memory `handle` of process `p`.
     fn phys_of(&self, p: u32, handle: u64) -> DriverResult<&Phys> {
-        match self.phys.get(&handle) {
+        match self.vmm.get(handle) {
             Some(ph) if ph.process == p => Ok(ph),
             _ => Err(self.err(
                 CudaCode::INVALID_VALUE,
@@ -185,7 +182,7 @@ impl State {
             let why = format!("phys:{handle:#x} is still mapped at {at:#x}; unmap it first");
             return Err(self.refuse(handle, why));
         }
-        self.phys.remove(&handle);
+        self.vmm.remove(handle);
         self.devices[device as usize].used -= size;
         self.contents.poison(store, size);
         let granules = size / self.cfg.vmm_granularity;
@@ -264,7 +261,7 @@ impl State {
             r.mappings.insert(ptr, Mapping::new(size, handle));
             r.forget_unmapped(ptr, end);
         }
-        if let Some(ph) = self.phys.get_mut(&handle) {
+        if let Some(ph) = self.vmm.get_mut(handle) {
             ph.mapped_at = Some(ptr);
         }
         self.contents.move_range(store, ptr, size);
@@ -308,7 +305,7 @@ impl State {
             Accessor::Host,
         );
         for (at, m) in whole {
-            let store = self.phys.get_mut(&m.handle).map(|ph| {
+            let store = self.vmm.get_mut(m.handle).map(|ph| {
                 ph.mapped_at = None;
                 ph.store
             });

@@ -72,7 +72,7 @@ impl SimDriver {
                 }
             }
         }
-        for (&handle, ph) in &st.phys {
+        for (handle, ph) in st.vmm.iter() {
             if r.leaks.len() < crate::report::LEAKS_LISTED {
                 r.leaks.push(crate::report::Leak {
                     addr: handle,
