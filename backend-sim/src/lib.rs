@@ -25,6 +25,8 @@
 //! - `vmm`: virtual memory management: reserve, create, map, grant access, and the check on
 //!   every access to a reservation.
 //! - `managed_range`: the pages and advice of one managed allocation.
+//! - `managed_residency`: managed memory's address range, the device-resident pages and the
+//!   counters, a part the state owns.
 //! - `reservation`: the virtual memory parts: reservations, their mappings, physical memory.
 //! - `address_space`: where each kind of memory takes its addresses.
 //! - `clock`: vector clocks.
@@ -43,6 +45,7 @@ mod host_regions;
 mod ipc;
 mod managed;
 mod managed_range;
+mod managed_residency;
 mod memory;
 pub mod report;
 mod reservation;
@@ -57,6 +60,6 @@ pub use byte_store::POISON;
 pub use config::{CostModel, Fault, SimConfig, GIB, MIB};
 pub use driver::SimDriver;
 pub use managed_range::ManagedAdvice;
+pub use managed_residency::ManagedStats;
 pub use report::{Leak, Outstanding, SimReport, Violation};
-pub use state::ManagedStats;
 pub use trace::{CallKind, TraceEvent};

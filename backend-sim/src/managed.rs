@@ -62,7 +62,7 @@ impl State {
         for pg in range.pages.values() {
             if let Location::Device(d) = pg.loc {
                 self.devices[d.0 as usize].used -= page;
-                self.lru[d.0 as usize].remove(&pg.tick);
+                self.managed.forget(d.0, pg.tick);
             }
         }
     }
@@ -72,7 +72,7 @@ impl State {
         if !self.cfg.concurrent_managed_access {
             return false;
         }
-        let Some((_, (base, idx))) = self.lru[device as usize].pop_first() else {
+        let Some((base, idx)) = self.managed.pop_oldest(device) else {
             return false;
         };
         let page = self.cfg.managed_page_size;
@@ -85,8 +85,8 @@ impl State {
             pg.copies = 0;
         }
         self.devices[device as usize].used -= page;
-        self.managed_stats.evictions += 1;
-        self.managed_stats.migrated_to_host += page;
+        self.managed.stats.evictions += 1;
+        self.managed.stats.migrated_to_host += page;
         true
     }
 
@@ -105,7 +105,7 @@ impl State {
         }) = old
         {
             self.devices[d.0 as usize].used -= page;
-            self.lru[d.0 as usize].remove(&tick);
+            self.managed.forget(d.0, tick);
         }
         let mut loc = to;
         if let Location::Device(d) = to {
@@ -117,11 +117,7 @@ impl State {
                 }
             }
         }
-        self.lru_tick += 1;
-        let tick = self.lru_tick;
-        if let Location::Device(d) = loc {
-            self.lru[d.0 as usize].insert(tick, (base, idx));
-        }
+        let tick = self.managed.place(loc, base, idx);
         if let Some(r) = self.allocs.managed_mut(base) {
             let copies = old.map_or(0, |o| o.copies);
             r.pages.insert(idx, Page { loc, tick, copies });
@@ -162,14 +158,14 @@ impl State {
                         || (advice.preferred_location == Some(pg.loc)
                             && accessor != Location::Host);
                     if !migrate || mapped {
-                        self.managed_stats.remote_accesses += 1;
+                        self.managed.stats.remote_accesses += 1;
                     } else if advice.read_mostly && !write {
                         if pg.copies & copy_bit(accessor) == 0 {
                             ns += CostModel::transfer_ns(
                                 page,
                                 self.cfg.costs.fault_migration_bytes_per_us,
                             );
-                            self.count_migration(accessor, page);
+                            self.managed.count_migration(accessor, page);
                             if let Some(p) = self
                                 .allocs
                                 .managed_mut(base)
@@ -179,14 +175,14 @@ impl State {
                             }
                         }
                     } else if self.place_page(base, idx, accessor) {
-                        self.managed_stats.faults += 1;
+                        self.managed.stats.faults += 1;
                         ns += CostModel::transfer_ns(
                             page,
                             self.cfg.costs.fault_migration_bytes_per_us,
                         );
-                        self.count_migration(accessor, page);
+                        self.managed.count_migration(accessor, page);
                     } else {
-                        self.managed_stats.remote_accesses += 1;
+                        self.managed.stats.remote_accesses += 1;
                     }
                 }
             }
@@ -201,13 +197,6 @@ impl State {
             }
         }
         ns
-    }
-
-    fn count_migration(&mut self, to: Location, bytes: u64) {
-        match to {
-            Location::Host => self.managed_stats.migrated_to_host += bytes,
-            Location::Device(_) => self.managed_stats.migrated_to_device += bytes,
-        }
     }
 
     /// Resolves a managed range of process `p`: the allocation's base.
@@ -315,8 +304,8 @@ impl State {
                 moved += page;
             }
         }
-        self.managed_stats.prefetched += moved;
-        self.count_migration(location, moved);
+        self.managed.stats.prefetched += moved;
+        self.managed.count_migration(location, moved);
         let (actor, epoch) = self.enqueue(p, s, CostModel::transfer_ns(moved, bw));
         // A migration conflicts with any unordered access to the pages, reads included.
         self.check_races(
@@ -349,8 +338,6 @@ impl State {
 
     /// Bytes of managed memory resident on `device`.
     pub(crate) fn managed_resident(&self, device: DeviceId) -> u64 {
-        self.lru
-            .get(device.0 as usize)
-            .map_or(0, |l| l.len() as u64 * self.cfg.managed_page_size)
+        self.managed.resident_pages(device.0) * self.cfg.managed_page_size
     }
 }

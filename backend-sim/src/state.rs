@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use emm_core::{CudaCode, DeviceId, DriverError, DriverResult};
 
-use crate::address_space::{DEVICE_VA, HOST_VA, IPC_VA, MANAGED_VA, VA_SPAN};
+use crate::address_space::{DEVICE_VA, HOST_VA, IPC_VA, VA_SPAN};
 use crate::allocation_table::AllocationTable;
 use crate::audit::Audit;
 use crate::byte_store::{ByteStore, CHUNK};
@@ -18,6 +18,7 @@ use crate::clock::{Actor, VClock};
 use crate::config::SimConfig;
 use crate::driver_pool_table::DriverPools;
 use crate::host_regions::HostRegions;
+use crate::managed_residency::ManagedResidency;
 use crate::report::Violation;
 use crate::stream_table::{Stream, StreamTable};
 use crate::trace::CallKind;
@@ -59,23 +60,6 @@ pub(crate) struct Ctx {
     pub(crate) peers: Vec<u32>,
 }
 
-/// Counters of managed memory behaviour.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ManagedStats {
-    /// Page faults that migrated a page.
-    pub faults: u64,
-    /// Bytes migrated to a device (faults and prefetches).
-    pub migrated_to_device: u64,
-    /// Bytes migrated to the host (faults, prefetches and evictions).
-    pub migrated_to_host: u64,
-    /// Bytes moved by prefetches.
-    pub prefetched: u64,
-    /// Pages evicted from a device to make room (oversubscription).
-    pub evictions: u64,
-    /// Accesses served remotely through a mapping instead of migrating.
-    pub remote_accesses: u64,
-}
-
 pub(crate) struct State {
     pub(crate) cfg: SimConfig,
     pub(crate) rng: u64,
@@ -95,10 +79,8 @@ pub(crate) struct State {
     pub(crate) contents: ByteStore,
     /// Physical memory and the address ranges of reservations and of the store.
     pub(crate) vmm: VirtualMemory,
-    pub(crate) managed_va_next: u64,
-    pub(crate) lru: Vec<BTreeMap<u64, (u64, u64)>>,
-    pub(crate) lru_tick: u64,
-    pub(crate) managed_stats: ManagedStats,
+    /// Managed memory's address range, device-resident pages and counters.
+    pub(crate) managed: ManagedResidency,
     /// Host memory in use and the registered ranges.
     pub(crate) host: HostRegions,
     /// The injected faults, the violations found and the call trace.
@@ -150,10 +132,7 @@ impl State {
             ipc_exports: BTreeMap::new(),
             contents: ByteStore::new(cfg.track_contents),
             vmm: VirtualMemory::default(),
-            managed_va_next: MANAGED_VA,
-            lru: Vec::new(),
-            lru_tick: 0,
-            managed_stats: ManagedStats::default(),
+            managed: ManagedResidency::new(cfg.devices),
             host: HostRegions::new(cfg.host_memory),
             audit: Audit::new(&cfg.faults, cfg.record_trace),
             next_handle: 0x100,
@@ -174,7 +153,6 @@ impl State {
                 current_pool: pool,
                 peer_mappings: 0,
             });
-            st.lru.push(BTreeMap::new());
         }
         st
     }

@@ -9,8 +9,8 @@ use emm_core::{DeviceId, DevicePtr, DriverResult, Location, StreamId};
 use crate::allocation_table::AllocKind;
 use crate::config::Fault;
 use crate::managed_range::ManagedAdvice;
+use crate::managed_residency::ManagedStats;
 use crate::report::{Outstanding, SimReport};
-use crate::state::ManagedStats;
 use crate::trace::{CallKind, TraceEvent};
 
 use super::SimDriver;
@@ -154,7 +154,7 @@ impl SimDriver {
 
     /// Counters of managed-memory behaviour.
     pub fn managed_stats(&self) -> ManagedStats {
-        self.lock().managed_stats
+        self.lock().managed.stats
     }
 
     /// Where the managed page holding `ptr` lives (`None`: not managed or never touched).

@@ -38,7 +38,7 @@ impl State {
                 &mut self.devices[d as usize].va_next,
                 DEVICE_VA + u64::from(d) * VA_SPAN,
             ),
-            Region::Managed => (&mut self.managed_va_next, MANAGED_VA),
+            Region::Managed => (self.managed.va_next(), MANAGED_VA),
             Region::Host(p) => (
                 &mut self.processes[p as usize].host_va_next,
                 HOST_VA + u64::from(p) * VA_SPAN,
