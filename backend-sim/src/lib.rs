@@ -8,26 +8,30 @@
 //! Modules:
 //! - [`config`]: [`SimConfig`], the cost model and injected faults.
 //! - `driver`: [`SimDriver`], one simulated process, and its `Driver` implementation.
-//! - `state`: the machine's state behind one lock.
-//! - `driver_pool_table`: the driver memory pools, a part the state owns.
-//! - `host_regions`: host memory in use and the registered ranges, a part the state owns.
-//! - `allocation_table`: the live and recently freed allocations, a part the state owns.
-//! - `byte_store`: what memory holds, a part the state owns.
-//! - `virtual_memory`: physical memory and the reservations' address range, a part the
-//!   state owns.
-//! - `audit`: the injected faults, the violations found and the call trace, a part the state
-//!   owns.
-//! - `memory`: allocations, contents and the checks on every access.
-//! - `stream_table`: the live streams and events, a part the state owns.
+//! - `state`: the machine's state behind one lock: what is the whole machine's, and its parts.
+//!
+//! The parts the state owns, each with the methods that need only its own fields:
+//! - `allocation_table`: the live and recently freed allocations.
+//! - `byte_store`: what memory holds.
+//! - `virtual_memory`: physical memory and the reservations' address range.
+//! - `managed_residency`: managed memory's address range, the device-resident pages and the
+//!   counters.
+//! - `driver_pool_table`: the driver memory pools.
+//! - `host_regions`: host memory in use and the registered ranges.
+//! - `stream_table`: the live streams and events.
+//! - `audit`: the injected faults, the violations found and the call trace.
+//!
+//! The operations, methods of the state that borrow the parts they need:
+//! - `memory`: allocation, copies and the checks on every access.
 //! - `streams`: streams and events on virtual time: queuing work, waiting, events.
 //! - `managed`: managed-memory residency, migration, advice and oversubscription.
 //! - `ipc`: IPC handles between simulated processes.
 //! - `vmm`: virtual memory management: reserve, create, map, grant access, and the check on
 //!   every access to a reservation.
+//!
+//! Below them all:
 //! - `managed_range`: the pages and advice of one managed allocation.
-//! - `managed_residency`: managed memory's address range, the device-resident pages and the
-//!   counters, a part the state owns.
-//! - `reservation`: the virtual memory parts: reservations, their mappings, physical memory.
+//! - `reservation`: the virtual memory pieces: reservations, their mappings, physical memory.
 //! - `address_space`: where each kind of memory takes its addresses.
 //! - `clock`: vector clocks.
 //! - [`trace`]: the call trace and its hash.

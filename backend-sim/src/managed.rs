@@ -6,6 +6,10 @@
 //! map it instead: `SetAccessedBy` for that processor, `SetPreferredLocation` keeping it where
 //! it is, or `SetReadMostly` for reads (a copy is made once). Copies by the copy engine never
 //! migrate. Prefetches move pages on a stream.
+//!
+//! Each page's location and advice live in its allocation's `ManagedRange` (in the
+//! `allocation_table` part), the pages resident per device and the counters in the
+//! `managed_residency` part; a placement also moves bytes of the device's accounting.
 
 use emm_core::{Advice, CudaCode, DeviceId, DriverResult, Location, StreamId};
 

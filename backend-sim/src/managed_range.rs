@@ -1,6 +1,6 @@
-//! [`ManagedRange`]: the managed part of one allocation, a part the machine's state holds: where
-//! each page lives, the read-only copies, and the advice in force over byte ranges (the last
-//! covering entry wins). The operations that migrate pages are in `managed`.
+//! [`ManagedRange`]: what one managed allocation holds beside its bytes: where each page lives,
+//! the read-only copies, and the advice in force over byte ranges (the last covering entry
+//! wins). The operations that migrate pages are in `managed`.
 
 use std::collections::BTreeMap;
 

@@ -1,7 +1,7 @@
-//! The virtual memory parts the machine's state holds: [`Reservation`], what is mapped in one
-//! address reservation, its [`Mapping`]s, and [`Phys`], physical memory from `cuMemCreate`. The
-//! operations on them, and the check every device-side access to a reservation goes through,
-//! are in `vmm`.
+//! The virtual memory pieces: [`Reservation`], what is mapped in one address reservation (held by
+//! its allocation), its [`Mapping`]s, and [`Phys`], physical memory from `cuMemCreate` (held by
+//! the `virtual_memory` part). The operations on them, and the check every device-side access
+//! to a reservation goes through, are in `vmm`.
 
 use std::collections::BTreeMap;
 

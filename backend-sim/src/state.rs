@@ -1,9 +1,27 @@
 //! The state of one simulated machine, shared by its processes behind one lock.
 //!
-//! The operations live beside it, one idea a module: `memory` (allocations, contents, access
-//! checks), `streams` (streams, events, virtual time), `managed` (residency and migration),
-//! `ipc` (handles between processes). This module holds the types they share and the helpers
-//! every operation uses: errors, faults, the current context.
+//! [`State`] owns the machine's parts, each a type with its own fields and the methods that
+//! need only them:
+//! - `allocation_table`: the live allocations (with their per-kind part and remembered
+//!   accesses) and the recently freed ones;
+//! - `byte_store`: what memory holds;
+//! - `virtual_memory`: physical memory from `cuMemCreate` and the reservations' address range;
+//! - `managed_residency`: managed memory's address range, resident pages and counters;
+//! - `driver_pool_table`: the driver memory pools;
+//! - `host_regions`: host memory in use and the registered ranges;
+//! - `stream_table`: the streams and events;
+//! - `audit`: the injected faults, the violations found and the call trace.
+//!
+//! What is the whole machine's stays here: the configuration, the random source, the devices
+//! (and their memory accounting), the processes (host clocks, current contexts), the contexts,
+//! the handle, actor and serial counters, and the call being executed. The operations, most of
+//! which touch several parts, are methods of `State` in their own modules, one idea a module:
+//! `memory` (allocation, copies, access checks), `streams` (ordering on virtual time),
+//! `managed` (migration), `vmm` (mapping), `ipc` (handles between processes). Each borrows the
+//! parts it needs; no part holds or takes the whole state.
+//!
+//! This module holds the machine-wide types and the helpers every operation uses: errors,
+//! faults, the current context.
 
 use std::cell::Cell;
 use std::collections::BTreeMap;
@@ -24,11 +42,13 @@ use crate::stream_table::{Stream, StreamTable};
 use crate::trace::CallKind;
 use crate::virtual_memory::VirtualMemory;
 
+/// One device: its memory and its address range.
 #[derive(Debug)]
 pub(crate) struct Device {
     pub(crate) total: u64,
     /// Device allocations + pool reservations + resident managed pages.
     pub(crate) used: u64,
+    /// The next free address of the device's range.
     pub(crate) va_next: u64,
     pub(crate) default_pool: u64,
     pub(crate) current_pool: u64,
@@ -36,11 +56,15 @@ pub(crate) struct Device {
     pub(crate) peer_mappings: u64,
 }
 
+/// One simulated process: its host's clocks, current contexts and address ranges.
 #[derive(Debug)]
 pub(crate) struct Process {
     pub(crate) host_actor: Actor,
+    /// What the host has seen of other actors' work.
     pub(crate) clock: VClock,
+    /// The host's virtual time, in nanoseconds.
     pub(crate) now: u64,
+    /// Current context per thread (by `thread_key`); unset means device 0's primary.
     pub(crate) thread_ctx: BTreeMap<u64, u32>,
     /// Primary context index per device.
     pub(crate) primary: Vec<u32>,
@@ -50,6 +74,7 @@ pub(crate) struct Process {
     pub(crate) opened: BTreeMap<u64, u64>,
 }
 
+/// One context: a process's view of one device.
 #[derive(Debug)]
 pub(crate) struct Ctx {
     pub(crate) process: u32,
@@ -57,39 +82,50 @@ pub(crate) struct Ctx {
     pub(crate) default_stream: u64,
     /// Streams of this context, for the legacy default stream's implicit ordering.
     pub(crate) streams: Vec<u64>,
+    /// Devices whose memory this context may access (`cuCtxEnablePeerAccess`).
     pub(crate) peers: Vec<u32>,
 }
 
+/// One machine: what is the whole machine's, and its parts.
 pub(crate) struct State {
     pub(crate) cfg: SimConfig,
+    /// The random source every random decision draws from (SplitMix64), seeded by the config.
     pub(crate) rng: u64,
+    /// Names the machine in IPC handles, so that a handle from another machine is refused.
     pub(crate) machine_id: u64,
     pub(crate) devices: Vec<Device>,
     pub(crate) processes: Vec<Process>,
+    /// Every context; a context handle is its index plus 1.
     pub(crate) contexts: Vec<Ctx>,
-    /// Streams, events and the per-thread default streams.
-    pub(crate) streams: StreamTable,
-    pub(crate) pools: DriverPools,
     /// Every live allocation and the recently freed ones.
     pub(crate) allocs: AllocationTable,
-    /// The exporting host's clock when each IPC handle was last made: opening a handle
-    /// happens after making it (the handle travels from one process to the other).
-    pub(crate) ipc_exports: BTreeMap<u64, VClock>,
     /// What memory holds.
     pub(crate) contents: ByteStore,
     /// Physical memory and the address ranges of reservations and of the store.
     pub(crate) vmm: VirtualMemory,
     /// Managed memory's address range, device-resident pages and counters.
     pub(crate) managed: ManagedResidency,
+    /// The driver memory pools.
+    pub(crate) pools: DriverPools,
     /// Host memory in use and the registered ranges.
     pub(crate) host: HostRegions,
+    /// Streams, events and the per-thread default streams.
+    pub(crate) streams: StreamTable,
     /// The injected faults, the violations found and the call trace.
     pub(crate) audit: Audit,
+    /// The exporting host's clock when each IPC handle was last made, by allocation serial:
+    /// opening a handle happens after making it (the handle travels from one process to the
+    /// other). Only IPC and the free of the exported allocation touch it.
+    pub(crate) ipc_exports: BTreeMap<u64, VClock>,
+    /// The last handle given to a stream, an event, a pool or physical memory.
     pub(crate) next_handle: u64,
+    /// The last actor (a host or a stream) of the vector clocks.
     pub(crate) next_actor: Actor,
+    /// The last allocation serial.
     pub(crate) next_serial: u64,
     /// The call being executed, for messages and violations.
     pub(crate) call: CallKind,
+    /// The caller tag of the call being executed.
     pub(crate) caller: &'static str,
 }
 
@@ -126,15 +162,15 @@ impl State {
             devices: Vec::new(),
             processes: Vec::new(),
             contexts: Vec::new(),
-            streams: StreamTable::default(),
-            pools: DriverPools::default(),
             allocs: AllocationTable::default(),
-            ipc_exports: BTreeMap::new(),
             contents: ByteStore::new(cfg.track_contents),
             vmm: VirtualMemory::default(),
             managed: ManagedResidency::new(cfg.devices),
+            pools: DriverPools::default(),
             host: HostRegions::new(cfg.host_memory),
+            streams: StreamTable::default(),
             audit: Audit::new(&cfg.faults, cfg.record_trace),
+            ipc_exports: BTreeMap::new(),
             next_handle: 0x100,
             next_actor: 1,
             next_serial: 1,

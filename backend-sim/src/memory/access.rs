@@ -1,5 +1,9 @@
 //! The checks on every access: an address resolved to its allocation (use after free, out of
 //! bounds, wrong device, no peer access), its ordering on a stream, and races between streams.
+//!
+//! Each allocation remembers its recent accesses and finds a race among them
+//! (`Alloc::record_access`); the checks here supply the accessor's vector clock (its process's
+//! host or its stream), name the actors, and record what they find in the `audit` part.
 
 use emm_core::{CudaCode, DriverResult, StreamId};
 

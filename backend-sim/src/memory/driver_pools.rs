@@ -1,6 +1,9 @@
 //! Stream-ordered allocation from driver memory pools (`cuMemAllocAsync`, `cuMemFreeAsync`,
 //! `cuMemPoolCreate`): free blocks kept per pool, reused on the freeing stream at once and on
 //! another stream once it is ordered after the free, released above the pool's threshold.
+//!
+//! The pools' blocks and counts are the `driver_pool_table` part; these operations add the
+//! allocations, the devices' accounting and the streams' ordering.
 
 use emm_core::{CudaCode, DriverResult, StreamId};
 

@@ -1,5 +1,6 @@
 //! Host memory: pinned (`cuMemHostAlloc`), pageable, registered (`cuMemHostRegister`) and mapped
-//! into the device address space.
+//! into the device address space. The bytes in use and the registrations are the
+//! `host_regions` part; these operations add the allocations and the races with streams.
 
 use emm_core::units::Bytes;
 use emm_core::{CudaCode, DriverResult, HostAllocFlags};

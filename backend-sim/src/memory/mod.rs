@@ -1,5 +1,7 @@
-//! Allocations, their contents, and the checks on every access: use after free, double free,
-//! out of bounds, and races between streams.
+//! The operations on allocations and their contents, and the checks on every access: use after
+//! free, double free, out of bounds, and races between streams. The allocations themselves are
+//! the `allocation_table` part and their bytes the `byte_store` part; these operations tie them
+//! to the devices' and the host's accounting, the streams' ordering and the violations.
 //!
 //! Modules: this one takes address space and allocates device memory (`cuMemAlloc`);
 //! `driver_pools` stream-ordered allocation from driver pools; `host` pinned, pageable and
