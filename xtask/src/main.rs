@@ -233,7 +233,8 @@ fn test() -> Result<(), Failure> {
         reason: "the book's thread panicked".to_owned(),
     })??;
     let lints = lints.as_ref();
-    let tests = if has_nextest() {
+    let nextest = has_nextest();
+    let tests = if nextest {
         split(["nextest", "run"])
     } else {
         split(["test"])
@@ -241,7 +242,7 @@ fn test() -> Result<(), Failure> {
     for cmd in tests {
         run("test", lints::Lints::on(lints, cmd))?;
     }
-    if has_nextest() {
+    if nextest {
         // nextest does not run doctests.
         run(
             "doctest",

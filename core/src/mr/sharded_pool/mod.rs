@@ -461,8 +461,8 @@ impl<Up: DeviceMemoryResource, P: ChunkPolicy> PerThreadPool<Up, P> {
     #[cold]
     #[inline(never)]
     fn allocate_direct(&self, bytes: usize, stream: StreamId) -> MrResult<DevicePtr> {
-        // The shared pool's plain allocation, not an exchange: the levels an exchange
-        // publishes are for adaptive growers, and W1 through the exchange ran 7 % slower.
+        // The shared pool's plain allocation, not an exchange: only adaptive growers read the
+        // levels an exchange publishes.
         self.moves.0.fetch_add(1, Ordering::Relaxed);
         match self.shared.allocate(bytes, stream) {
             Err(e) if e.is_out_of_memory() => {
