@@ -221,6 +221,8 @@ def main():
         "seconds": seconds,
         # The first steps load kernels and fill pools: the median of the rest is the step time.
         "step_seconds_median": sorted(step_s[2:])[len(step_s[2:]) // 2] if len(step_s) > 2 else seconds,
+        # Every step's time, in order, for the spread between runs and allocators.
+        "step_seconds": step_s,
         "driver_used_peak_bytes": used_peak,
         # MiB, as nvidia-smi reads them: the first reading is before the workload's first tensor.
         "smi_used_mib_first": polled[0] if polled else None,
