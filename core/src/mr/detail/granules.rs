@@ -152,11 +152,15 @@ impl TrimPolicy {
         if !self.gives_back {
             return 0;
         }
+        mapped.saturating_add(need).saturating_sub(self.limit())
+    }
+
+    /// What the segment may hold without giving back: the most it ever had mapped, or the
+    /// most live bytes seen and the slack.
+    pub(crate) fn limit(&self) -> u64 {
         let peak = self.live_peak;
-        let limit = self
-            .mark
-            .max(peak.saturating_add(peak / 1000 * self.slack_permille));
-        mapped.saturating_add(need).saturating_sub(limit)
+        self.mark
+            .max(peak.saturating_add(peak / 1000 * self.slack_permille))
     }
 
     /// Notes `mapped` bytes mapped.

@@ -21,6 +21,15 @@ pub(crate) enum PoolBacking {
 }
 
 impl PoolBacking {
+    /// Bytes of physical memory held unmapped, kept to be mapped again (a segment's spare
+    /// handles); 0 for chunks.
+    pub(crate) fn spare_bytes(&self) -> u64 {
+        match self {
+            PoolBacking::Segment(s) => s.spare_bytes(),
+            _ => 0,
+        }
+    }
+
     /// The backing in force, once decided.
     pub(crate) fn kind(&self) -> Option<Backing> {
         match self {
@@ -78,7 +87,7 @@ impl PoolBacking {
         let PoolBacking::Segment(seg) = self else {
             return Ok(0);
         };
-        if heap.free_bytes() == 0 && !seg.has_pending() {
+        if heap.free_bytes() == 0 && !seg.has_pending() && seg.spare_bytes() == 0 {
             return Ok(0);
         }
         // An unmap is not stream-ordered: the frees into the memory must be complete.

@@ -213,9 +213,10 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
         self.options
     }
 
-    /// Bytes held from upstream.
+    /// Bytes held from upstream (a segment's spare handles, held unmapped, included).
     pub fn held_bytes(&self) -> u64 {
-        self.lock().heap.held()
+        let st = self.lock();
+        st.heap.held() + st.backing.spare_bytes()
     }
 
     /// Bytes held from upstream, and bytes of them free in the pool, read together.
@@ -224,15 +225,18 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
     }
 
     fn levels_locked(st: &PoolState) -> PoolLevels {
+        let spare = st.backing.spare_bytes();
         PoolLevels {
-            held: st.heap.held(),
-            free: st.heap.free_bytes(),
+            held: st.heap.held() + spare,
+            free: st.heap.free_bytes() + spare,
         }
     }
 
-    /// Bytes held from upstream and free in the pool, all streams together.
+    /// Bytes held from upstream and free in the pool, all streams together (a segment's
+    /// spare handles included).
     pub fn free_bytes(&self) -> u64 {
-        self.lock().heap.free_bytes()
+        let st = self.lock();
+        st.heap.free_bytes() + st.backing.spare_bytes()
     }
 
     /// Number of allocations handed out and not yet freed.
@@ -531,8 +535,8 @@ impl<Up: DeviceMemoryResource> DeviceMemoryResource for PoolResource<Up> {
 
     fn memory_info(&self) -> Option<MemInfo> {
         let (held, free) = {
-            let st = self.lock();
-            (st.heap.held(), st.heap.free_bytes())
+            let l = Self::levels_locked(&self.lock());
+            (l.held, l.free)
         };
         let up = self.upstream.memory_info();
         let total = match (self.options.maximum_size, up) {

@@ -56,12 +56,13 @@ pub(crate) struct SegmentMaps {
     pub(super) spare_events: Vec<EventId>,
     /// The holes in the heap's chunk.
     pub(super) holes: Holes,
-    /// Handles of one granule unmapped while serving one request, mapped again for it
-    /// before any new one is made: memory moved from a free block to where the request goes
-    /// costs an unmap and a map, not a release and a create as well. `None` outside such a
-    /// request, and every handle left is released when it ends, so that no unmapped handle
-    /// holds memory between requests.
-    pub(super) spare: Option<Vec<PhysHandle>>,
+    /// Handles unmapped by a trim, with their sizes, mapped again before any new one is made:
+    /// memory moved from a free block to where a request goes costs an unmap and a map, not a
+    /// release and a create as well. Kept between requests while what is mapped and kept
+    /// stays under the [`TrimPolicy`]'s limit (so held memory stays under it too), released
+    /// by [`ExpandableSegment::release_free`] and on destroy. `None` where the segment gives
+    /// nothing back before it maps.
+    pub(super) spare: Option<Vec<(PhysHandle, u64)>>,
 }
 
 /// The size of a segment, which sits in the pool's state: the pool's fast paths are compiled
@@ -189,12 +190,12 @@ impl ExpandableSegment {
         .map_err(GrowError::Records)
     }
 
-    /// Bytes of the handles unmapped while serving this request, kept to be mapped again.
-    pub(super) fn spare_bytes(&self) -> u64 {
+    /// Bytes of the spare handles: unmapped, kept to be mapped again.
+    pub(crate) fn spare_bytes(&self) -> u64 {
         self.more
             .spare
             .as_ref()
-            .map_or(0, |s| s.len() as u64 * self.granularity)
+            .map_or(0, |s| s.iter().map(|&(_, n)| n).sum())
     }
 
     /// The size of `slot`'s wilderness in `heap` (0 when another slot has it, or none is).
@@ -234,8 +235,8 @@ impl ExpandableSegment {
     }
 
     /// Maps `bytes` (a granule multiple) at `start`, which is not mapped, and grants the
-    /// device access; handles of one granule come from the spares first. On failure unmaps
-    /// what it mapped (and releases it, or keeps it spare).
+    /// device access; spare handles that fit first (the largest that fits each time), then
+    /// new ones. On failure unmaps what it mapped (and releases it, or keeps it spare).
     pub(super) fn map_range(
         &mut self,
         driver: &dyn Driver,
@@ -243,18 +244,16 @@ impl ExpandableSegment {
         bytes: u64,
     ) -> DriverResult<()> {
         let each = handle_bytes(bytes, self.granularity);
-        if each != self.granularity {
-            // Spares are of one granule: what they hold goes to the larger handles.
-            self.release_spares(driver);
-        }
         let mut made = || -> DriverResult<()> {
             let mut at = start;
             while at < start + bytes {
-                let n = each.min(start + bytes - at);
-                let spare = self.more.spare.as_mut().filter(|_| n == self.granularity);
-                let h = match spare.and_then(Vec::pop) {
-                    Some(h) => h,
-                    None => driver.mem_create(n as usize, self.more.device)?,
+                let left = start + bytes - at;
+                let (h, n) = match self.take_spare(left) {
+                    Some(spare) => spare,
+                    None => {
+                        let n = each.min(left);
+                        (driver.mem_create(n as usize, self.more.device)?, n)
+                    }
                 };
                 if let Err(e) = driver.mem_map(crate::DevicePtr(at), n as usize, h) {
                     let _ = driver.mem_release(h);
@@ -269,6 +268,15 @@ impl ExpandableSegment {
             // Nothing touched the new memory yet: no wait is needed before unmapping.
             let _ = self.unmap_range(driver, start, start + bytes);
         })
+    }
+
+    /// The largest spare handle of at most `left` bytes, taken out of the spares.
+    fn take_spare(&mut self, left: u64) -> Option<(PhysHandle, u64)> {
+        let spare = self.more.spare.as_mut()?;
+        let k = (0..spare.len())
+            .filter(|&k| spare[k].1 <= left)
+            .max_by_key(|&k| spare[k].1)?;
+        Some(spare.swap_remove(k))
     }
 
     /// Unmaps and releases every handle wholly inside `lo..hi`, one unmap per contiguous run.
@@ -295,10 +303,8 @@ impl ExpandableSegment {
                 Ok(()) => {
                     for &(a, h, n) in &inside[k..j] {
                         self.more.maps.remove(a);
-                        if let Some(spare) =
-                            self.more.spare.as_mut().filter(|_| n == self.granularity)
-                        {
-                            spare.push(h);
+                        if let Some(spare) = self.more.spare.as_mut() {
+                            spare.push((h, n));
                         // Unmapped memory the driver will not release is lost either way.
                         } else if let Err(e) = driver.mem_release(h) {
                             first_err.get_or_insert(e);
@@ -321,6 +327,7 @@ impl ExpandableSegment {
     ///
     /// The driver's first error; the rest is still attempted.
     pub(crate) fn destroy(mut self, driver: &dyn Driver) -> DriverResult<()> {
+        self.release_spares(driver);
         let mut first_err = None;
         for (at, h, n) in self.more.maps.drain_from_top() {
             let r = driver
@@ -375,18 +382,34 @@ impl ExpandableSegment {
         stream: StreamId,
     ) -> MrResult<u64> {
         let driver = parts.driver;
-        if self.gives_back() {
+        if self.gives_back() && self.more.spare.is_none() {
             self.more.spare = Some(Vec::new());
         }
         let r = self.allocate_mapping(parts, resource, size, requested, stream);
-        self.release_spares(driver);
-        self.more.spare = None;
+        let keep = self.more.policy.limit().saturating_sub(self.mapped());
+        self.release_spares_beyond(driver, keep);
         r
     }
 
     /// Releases the spare handles.
-    fn release_spares(&mut self, driver: &dyn Driver) {
-        for h in self.more.spare.iter_mut().flat_map(|s| s.drain(..)) {
+    pub(crate) fn release_spares(&mut self, driver: &dyn Driver) {
+        self.release_spares_beyond(driver, 0);
+    }
+
+    /// Releases spare handles, the largest first, until they hold at most `keep` bytes.
+    fn release_spares_beyond(&mut self, driver: &dyn Driver, keep: u64) {
+        let Some(spare) = self.more.spare.as_mut() else {
+            return;
+        };
+        let mut held: u64 = spare.iter().map(|&(_, n)| n).sum();
+        if held <= keep {
+            return;
+        }
+        // Sorted by size (the largest last), so that what is kept serves the most requests.
+        spare.sort_unstable_by_key(|&(_, n)| n);
+        while held > keep {
+            let Some((h, n)) = spare.pop() else { break };
+            held -= n;
             // Unmapped memory the driver will not release is lost either way.
             let _ = driver.mem_release(h);
         }
@@ -475,7 +498,9 @@ impl ExpandableSegment {
             // When no window fits what the device has free, every wholly free handle goes
             // back, the free end's too, if that lets the request map what it lacks.
             let _ = self.settle(driver, heap, true);
-            let free = driver.mem_get_info().map_or(0, |i| i.free) + self.spare_bytes();
+            // Spares of the wrong sizes would sit beside a mapping that cannot be made.
+            self.release_spares(driver);
+            let free = driver.mem_get_info().map_or(0, |i| i.free);
             let fits = self
                 .best_window(heap, slot, size, room)
                 .is_some_and(|w| w.cost <= free);
