@@ -168,3 +168,34 @@ fn a_busy_stream_still_holds_within_two_percent() {
     drop(p);
     assert!(g.report().is_clean(), "{}", g.report());
 }
+
+/// Under a maximum just above peak live, W2 is served, and the device never holds more than
+/// the maximum.
+#[test]
+fn a_maximum_just_above_peak_live_serves_the_steady_loop() {
+    let g = Arc::new(
+        SimDriver::new(
+            SimConfig::new(1)
+                .memory_per_device(80 * GIB)
+                .track_contents(false)
+                .track_races(false),
+        )
+        .unwrap(),
+    );
+    let w = workloads::w2();
+    let max = w.summary().peak_live_bytes / 1000 * 1020;
+    let p = PoolResource::with_options(
+        CudaResource::new(Arc::clone(&g)),
+        PoolOptions::default()
+            .backing(Backing::ExpandableTight)
+            .maximum_size(max),
+    )
+    .unwrap();
+    let mut most = 0;
+    for _ in 0..2 {
+        replay(&p, &w.ops, |_, _| most = most.max(g.device_memory_used(D0)));
+    }
+    assert!(most <= max, "{most} bytes held under a maximum of {max}");
+    assert_eq!(g.device_memory_used(D0), p.held_bytes());
+    p.check().unwrap();
+}

@@ -62,11 +62,17 @@ impl PoolBacking {
         let Ok(info) = driver.mem_get_info() else {
             return;
         };
+        let tight = wanted == Backing::ExpandableTight;
+        // A segment that gives back memory in its middle leaves unmapped holes between live
+        // blocks, so its address space must outgrow what it maps: with only the maximum
+        // reserved, W2 under a maximum of 1.02 × peak live ran out of addresses (the end at
+        // the reservation's) with the memory there. Address space costs no memory.
         let span = maximum
             .map_or(info.total, |m| m.min(info.total))
+            .saturating_mul(if tight { 2 } else { 1 })
             .min(MAX_CHUNK);
         if let Ok(mut seg) = ExpandableSegment::reserve(driver, span) {
-            seg.set_gives_back(wanted == Backing::ExpandableTight);
+            seg.set_gives_back(tight);
             heap.set_wilderness();
             *self = PoolBacking::Segment(seg);
         }

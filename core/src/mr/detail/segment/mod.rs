@@ -211,9 +211,9 @@ impl ExpandableSegment {
     /// what the request lacks is cut to what is free.
     pub(super) fn fit_free(&self, driver: &dyn Driver, bytes: u64, lack: u64) -> DriverResult<u64> {
         let g = self.granularity;
-        let Ok(mut info) = driver.mem_get_info() else {
-            return Ok(bytes);
-        };
+        // A refused query is the driver's error to report (a failed launch leaves the context
+        // unusable), not a reason to map blind.
+        let mut info = driver.mem_get_info()?;
         info.free = info.free.saturating_add(self.spare_bytes());
         if bytes <= info.free {
             return Ok(bytes);
@@ -431,6 +431,10 @@ impl ExpandableSegment {
             growth,
             room,
         } = parts;
+        // The pool's maximum (the room it gave, over what it held) as a ceiling on what is
+        // mapped, holes waiting to be unmapped included: what a trim unmaps is room again.
+        let ceiling = room.map(|r| r.saturating_add(heap.held()));
+        let room = |seg: &Self| ceiling.map(|c| c.saturating_sub(seg.mapped()));
         let slot = heap.slot(stream);
         if let Some((_, _, owner)) = heap.wild() {
             if owner != slot {
@@ -457,7 +461,7 @@ impl ExpandableSegment {
         // maps it again).
         let grow = self.grow_bytes(heap, slot, size);
         let window = self
-            .best_window(heap, slot, size, room)
+            .best_window(heap, slot, size, room(self))
             .filter(|w| w.cost <= grow);
         let need = window.as_ref().map_or(grow, |w| w.cost);
         let live = heap.live_bytes().saturating_add(size);
@@ -472,10 +476,10 @@ impl ExpandableSegment {
         if excess > 0 {
             self.wait_pending(driver, heap);
         }
-        let filled = self.fill_for(driver, heap, slot, size, room, false);
+        let filled = self.fill_for(driver, heap, slot, size, room(self), false);
         let mut grown = match filled {
             Ok(true) => Ok(()),
-            Ok(false) => self.grow_for(driver, heap, slot, size, growth, room),
+            Ok(false) => self.grow_for(driver, heap, slot, size, growth, room(self)),
             Err(e) => Err(GrowError::Driver(e)),
         };
         let short = match &grown {
@@ -500,17 +504,17 @@ impl ExpandableSegment {
             let _ = self.settle(driver, heap, true);
             // Spares of the wrong sizes would sit beside a mapping that cannot be made.
             self.release_spares(driver);
-            let free = driver.mem_get_info().map_or(0, |i| i.free);
+            let free = driver.mem_get_info()?.free;
             let fits = self
-                .best_window(heap, slot, size, room)
+                .best_window(heap, slot, size, room(self))
                 .is_some_and(|w| w.cost <= free);
             let back = self.whole_free_bytes(heap, Give::All);
             if !fits && back > 0 && free.saturating_add(back) >= size {
                 let _ = self.trim(driver, heap, true, Give::All);
             }
-            grown = match self.fill_for(driver, heap, slot, size, room, true) {
+            grown = match self.fill_for(driver, heap, slot, size, room(self), true) {
                 Ok(true) => Ok(()),
-                Ok(false) => self.grow_for(driver, heap, slot, size, Growth::Exact, room),
+                Ok(false) => self.grow_for(driver, heap, slot, size, Growth::Exact, room(self)),
                 Err(e) => Err(GrowError::Driver(e)),
             };
         }
