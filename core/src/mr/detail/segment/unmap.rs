@@ -48,7 +48,7 @@
 //! operation; handles of any size kept between requests, to 26 (no create or release) and
 //! 0.54 µs, and finetune-checkpoint's creates and releases from 96 to 26 per 1 000 (its steps
 //! on an H200 then took as long as under the caching allocator). On an H200, W2 still took
-//! 2.0–2.3 µs an operation: a map or unmap of up to 64 MiB costs tens of µs there.
+//! 1.4–2.3 µs an operation: a map or unmap of up to 64 MiB costs tens of µs there.
 
 use crate::driver::{Driver, EventId, StreamId};
 use crate::error::DriverResult;
