@@ -21,6 +21,15 @@ fn pool(g: &Arc<SimDriver>) -> PoolResource<CudaResource<SimDriver>> {
     .unwrap()
 }
 
+/// A simulated device of 80 GiB, neither contents nor races tracked: W2 at full size.
+fn device_of_80_gib() -> Arc<SimDriver> {
+    let config = SimConfig::new(1)
+        .memory_per_device(80 * GIB)
+        .track_contents(false)
+        .track_races(false);
+    Arc::new(SimDriver::new(config).unwrap())
+}
+
 #[test]
 fn holes_merge_with_free_neighbours_so_nearly_the_whole_device_is_served_once_all_is_free() {
     let g = Arc::new(SimDriver::new(SimConfig::new(3).memory_per_device(GIB)).unwrap());
@@ -84,15 +93,7 @@ fn replay(
 
 #[test]
 fn a_steady_loop_moves_memory_with_few_driver_calls_and_holds_within_two_percent() {
-    let g = Arc::new(
-        SimDriver::new(
-            SimConfig::new(1)
-                .memory_per_device(80 * GIB)
-                .track_contents(false)
-                .track_races(false),
-        )
-        .unwrap(),
-    );
+    let g = device_of_80_gib();
     let p = pool(&g);
     // W2: live bytes walk up and down to 32 GiB in blocks of up to 64 MiB.
     let w = workloads::w2();
@@ -173,15 +174,7 @@ fn a_busy_stream_still_holds_within_two_percent() {
 /// the maximum.
 #[test]
 fn a_maximum_just_above_peak_live_serves_the_steady_loop() {
-    let g = Arc::new(
-        SimDriver::new(
-            SimConfig::new(1)
-                .memory_per_device(80 * GIB)
-                .track_contents(false)
-                .track_races(false),
-        )
-        .unwrap(),
-    );
+    let g = device_of_80_gib();
     let w = workloads::w2();
     let max = w.summary().peak_live_bytes / 1000 * 1020;
     let p = PoolResource::with_options(
