@@ -126,14 +126,10 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
             growth: self.options.growth,
             room: self.options.maximum_size.map(|m| m.saturating_sub(held)),
         };
-        let r = seg.allocate_growing(parts, NAME, size, bytes, stream);
-        if self.options.maximum_size.is_some() {
-            // Under a maximum no handle stays unmapped between requests: the room a request
-            // may map is the maximum less what is mapped, and kept handles beside it could
-            // take the device past the maximum.
-            seg.release_spares(self.upstream.driver());
-        }
-        Some(r.map(DevicePtr))
+        Some(
+            seg.allocate_growing(parts, NAME, size, bytes, stream)
+                .map(DevicePtr),
+        )
     }
 
     pub(super) fn upstream_allocate(&self, chunk: u64, stream: StreamId) -> MrResult<DevicePtr> {

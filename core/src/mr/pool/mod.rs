@@ -215,8 +215,7 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
 
     /// Bytes held from upstream (a segment's spare handles, held unmapped, included).
     pub fn held_bytes(&self) -> u64 {
-        let st = self.lock();
-        st.heap.held() + st.backing.spare_bytes()
+        self.levels().held
     }
 
     /// Bytes held from upstream, and bytes of them free in the pool, read together.
@@ -235,8 +234,7 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
     /// Bytes held from upstream and free in the pool, all streams together (a segment's
     /// spare handles included).
     pub fn free_bytes(&self) -> u64 {
-        let st = self.lock();
-        st.heap.free_bytes() + st.backing.spare_bytes()
+        self.levels().free
     }
 
     /// Number of allocations handed out and not yet freed.

@@ -59,9 +59,9 @@ pub(crate) struct SegmentMaps {
     /// Handles unmapped by a trim, with their sizes, mapped again before any new one is made:
     /// memory moved from a free block to where a request goes costs an unmap and a map, not a
     /// release and a create as well. Kept between requests while what is mapped and kept
-    /// stays under the [`TrimPolicy`]'s limit (so held memory stays under it too), released
-    /// by [`ExpandableSegment::release_free`] and on destroy. `None` where the segment gives
-    /// nothing back before it maps.
+    /// stays under the [`TrimPolicy`]'s limit (so held memory stays under it too) and the pool
+    /// has no maximum; released by [`ExpandableSegment::release_free`], when the device is
+    /// short, and on destroy. `None` where the segment gives nothing back before it maps.
     pub(super) spare: Option<Vec<(PhysHandle, u64)>>,
 }
 
@@ -121,6 +121,8 @@ impl ExpandableSegment {
     /// device is short of memory.
     pub(crate) fn set_gives_back(&mut self, gives_back: bool) {
         self.more.policy.gives_back = gives_back;
+        // Only a segment that gives back keeps the handles it unmaps.
+        self.more.spare = gives_back.then(Vec::new);
     }
 
     /// Whether free memory anywhere goes back before the segment maps more.
@@ -382,17 +384,21 @@ impl ExpandableSegment {
         stream: StreamId,
     ) -> MrResult<u64> {
         let driver = parts.driver;
-        if self.gives_back() && self.more.spare.is_none() {
-            self.more.spare = Some(Vec::new());
-        }
+        // Under a pool maximum the room a request may map is the maximum less what is mapped,
+        // so handles kept beside it could take the device past the maximum: none are kept.
+        let bounded = parts.room.is_some();
         let r = self.allocate_mapping(parts, resource, size, requested, stream);
-        let keep = self.more.policy.limit().saturating_sub(self.mapped());
+        let keep = if bounded {
+            0
+        } else {
+            self.more.policy.limit().saturating_sub(self.mapped())
+        };
         self.release_spares_beyond(driver, keep);
         r
     }
 
     /// Releases the spare handles.
-    pub(crate) fn release_spares(&mut self, driver: &dyn Driver) {
+    pub(super) fn release_spares(&mut self, driver: &dyn Driver) {
         self.release_spares_beyond(driver, 0);
     }
 

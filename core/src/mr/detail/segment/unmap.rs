@@ -18,12 +18,12 @@
 //! nothing live serves a request of nearly the whole device however its holes lie. A window
 //! is taken when it maps no more than growing at the end would, or when the device is short.
 //!
-//! Handles of one granule that a trim unmaps are kept and mapped again where a request goes
-//! (`spare`): memory moved in a steady loop costs an unmap and a map, not a release and a
-//! create as well (the latter two are most of a VMM call's time: 14 and 13 µs a granule on an
-//! H200). A request keeps what it does not use only while the mapped and kept bytes stay
-//! under the policy's limit, so held memory (the driver counts kept handles) stays under it;
-//! `release` gives them all back.
+//! Handles that a trim unmaps are kept and mapped again where a request goes (`spare`):
+//! memory moved in a steady loop costs an unmap and a map, not a release and a create as well
+//! (the latter two are most of a VMM call's time: 14 and 13 µs a granule on an H200). A
+//! request keeps what it does not use only while the mapped and kept bytes stay under the
+//! policy's limit, so held memory (the driver counts kept handles) stays under it; `release`
+//! gives them all back.
 //!
 //! Unmapping is not stream-ordered: a batch of holes goes back once an event recorded on the
 //! stream whose lists held them (after every free into them) has completed — at once when the
