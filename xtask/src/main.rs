@@ -49,10 +49,10 @@ usage: cargo xtask <command> [args...]
 commands:
   test             install the targets and components the build needs, build the wasm
                    plugins, then cargo fmt --check, the layers and header checks, cargo
-                   clippy -D warnings, the workspace tests, the Python package installed from ./capi into a fresh
-                   venv and its tests, cargo package of every crate, a downstream cudarc
-                   crate's check, the demo (from the dev build), and the loom model
-                   checks (cargo xtask loom)
+                   clippy -D warnings, the workspace tests, the Python package installed
+                   from ./capi into a fresh venv and its tests, cargo package of every
+                   crate, a downstream cudarc crate's check, the demo (from the dev
+                   build), and the loom model checks (cargo xtask loom)
                    (the same command CI runs via .ci/run)
   install-checks   the part of `test` that checks emm installs as its users install it: the
                    Python package from ./capi in a fresh venv and its tests, cargo package
@@ -144,16 +144,10 @@ fn main() -> ExitCode {
             "demo" => result(demo(&rest)),
             "bench" => no_args("bench", &rest).unwrap_or_else(|| result(bench())),
             "layers" => no_args("layers", &rest).unwrap_or_else(|| result(layers::check())),
-            "header" => match rest.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>()[..] {
-                [] => result(header::check(false)),
-                [ref w] if w == "--write" => result(header::check(true)),
-                _ => Outcome::Usage("`header` takes only --write".to_owned()),
-            },
-            "docs" => match rest.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>()[..] {
-                [] => result(docs::docs(false)),
-                [ref w] if w == "--write" => result(docs::docs(true)),
-                _ => Outcome::Usage("`docs` takes only --write".to_owned()),
-            },
+            "header" => {
+                write_flag("header", &rest).map_or_else(|u| u, |w| result(header::check(w)))
+            }
+            "docs" => write_flag("docs", &rest).map_or_else(|u| u, |w| result(docs::docs(w))),
             "soak" => result(reliability::soak(&rest)),
             "fuzz" => result(reliability::fuzz(&rest)),
             "loom" => result(reliability::loom(&rest)),
@@ -182,6 +176,15 @@ fn main() -> ExitCode {
 /// `None` when a command that takes no arguments got none, else the usage error.
 fn no_args(command: &str, rest: &[OsString]) -> Option<Outcome> {
     (!rest.is_empty()).then(|| Outcome::Usage(format!("`{command}` takes no arguments")))
+}
+
+/// Whether a command that takes only `--write` got it, else the usage error.
+fn write_flag(command: &str, rest: &[OsString]) -> Result<bool, Outcome> {
+    match rest {
+        [] => Ok(false),
+        [w] if w == "--write" => Ok(true),
+        _ => Err(Outcome::Usage(format!("`{command}` takes only --write"))),
+    }
 }
 
 /// Turns a command's result into an [`Outcome`].
