@@ -269,7 +269,8 @@ impl State {
     /// Advances process `p`'s host clock by `ns` virtual nanoseconds.
     #[inline]
     pub(crate) fn charge(&mut self, p: u32, ns: u64) {
-        self.processes[p as usize].now += ns;
+        let now = &mut self.processes[p as usize].now;
+        *now = now.saturating_add(ns);
     }
 
     /// The injected failure for this call, if any. A fired `FailNth` is spent.

@@ -1,5 +1,6 @@
 //! What an expandable segment costs in driver calls: for each named resource, the four
-//! PyTorch traces in `benchmarks/traces` and W1–W3 replayed on the simulated GPU (80 GiB),
+//! PyTorch traces in `benchmarks/traces` (at their recorded pace) and W1–W3 replayed on the
+//! simulated GPU (80 GiB),
 //! with peak held over peak live and the calls that map or give back physical memory
 //! (`cuMemCreate`, `cuMemMap`, `cuMemUnmap`, `cuMemRelease`) and the events that order the
 //! unmaps (`cuEventRecord`, `cuEventQuery`) per 1 000 operations. W1–W3 are counted over one
@@ -13,7 +14,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use emm_bench::harness;
-use emm_bench::replay::{replay, EventLog, HeldProbe, ReplayOptions};
+use emm_bench::replay::{replay, EventLog, HeldProbe, Pace, ReplayOptions};
 use emm_core::mr::named;
 use emm_core::workloads;
 use emm_core::{DeviceId, Driver, StreamId};
@@ -90,6 +91,7 @@ fn main() {
             let from = g.trace().len();
             let options = ReplayOptions {
                 held: HeldProbe::DriverMemInfo,
+                pace: Pace::Recorded,
                 ..ReplayOptions::default()
             };
             let r = replay(&log, &*mr, &options).expect("replay");

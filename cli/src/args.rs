@@ -131,6 +131,15 @@ pub enum ReplayThreads {
     PerLogThread,
 }
 
+/// When `emm replay` runs each event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ReplayPace {
+    /// At its time in the log after the first event's
+    Recorded,
+    /// As soon as the event before is done
+    Flat,
+}
+
 /// Which streams the threads of `emm bench --threads` allocate on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Streams {
@@ -220,6 +229,10 @@ pub struct ReplayArgs {
     /// The replay's threads
     #[arg(long, value_name = "MODE", value_enum, default_value_t = ReplayThreads::Single)]
     pub threads: ReplayThreads,
+    /// When each event runs: at its time in the log (the host sleeps through the program's own
+    /// work; virtual time on sim, so free), or each as soon as the one before is done
+    #[arg(long, value_name = "PACE", value_enum, default_value_t = ReplayPace::Recorded)]
+    pub pace: ReplayPace,
     /// The report as one JSON object
     #[arg(long)]
     pub json: bool,

@@ -3,12 +3,12 @@
 
 use std::sync::Arc;
 
-use emm_bench::replay::{replay, EventLog, HeldProbe, ReplayOptions, Threading};
+use emm_bench::replay::{replay, EventLog, HeldProbe, Pace, ReplayOptions, Threading};
 use emm_core::mr::named;
 use emm_core::Driver;
 use emm_sim::{SimConfig, SimDriver, GIB};
 
-use super::args::{Backend, ReplayArgs, ReplayThreads};
+use super::args::{Backend, ReplayArgs, ReplayPace, ReplayThreads};
 use super::{EXIT_CANNOT_RUN, EXIT_FAIL, EXIT_PASS};
 
 /// Runs `emm replay`.
@@ -59,6 +59,10 @@ pub fn run(a: ReplayArgs) -> i32 {
     };
     let options = ReplayOptions {
         threading,
+        pace: match a.pace {
+            ReplayPace::Recorded => Pace::Recorded,
+            ReplayPace::Flat => Pace::Flat,
+        },
         held: HeldProbe::DriverMemInfo,
         ..ReplayOptions::default()
     };

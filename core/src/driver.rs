@@ -449,6 +449,30 @@ pub trait Driver: Send + Sync + 'static {
     fn host_read(&self, src: HostPtr, dst: &mut [u8]) -> DriverResult<()>;
     /// A host store to pinned, registered or managed memory (the CPU writing it directly).
     fn host_write(&self, dst: HostPtr, src: &[u8]) -> DriverResult<()>;
+
+    // ---- the host's clock ----------------------------------------------------------------
+
+    /// The host's clock in nanoseconds from an arbitrary start, never going back: what a
+    /// resource weighs the time its driver calls take against (a tight segment's moves). The
+    /// default is the monotonic clock; a simulated GPU gives its virtual time, which only its
+    /// calls and [`Driver::host_sleep`] advance.
+    fn host_clock_ns(&self) -> u64 {
+        monotonic_ns()
+    }
+
+    /// The host does other work for `ns` nanoseconds (a replay keeping its log's pace): the
+    /// default sleeps; a simulated GPU advances its virtual time, so that the device runs on
+    /// meanwhile.
+    fn host_sleep(&self, ns: u64) {
+        std::thread::sleep(std::time::Duration::from_nanos(ns));
+    }
+}
+
+/// Nanoseconds of the monotonic clock since the first call in this process.
+fn monotonic_ns() -> u64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    let start = START.get_or_init(std::time::Instant::now);
+    u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// Every method of [`Driver`], written once: `class name(args) -> result;`, where `class` is
@@ -523,6 +547,8 @@ macro_rules! with_driver_methods {
             Other memset_d8(dst: DevicePtr, value: u8, size: usize, stream: Option<StreamId>) -> DriverResult<()>;
             Other host_read(src: HostPtr, dst: &mut [u8]) -> DriverResult<()>;
             Other host_write(dst: HostPtr, src: &[u8]) -> DriverResult<()>;
+            Uncounted host_clock_ns() -> u64;
+            Uncounted host_sleep(ns: u64) -> ();
         }
     };
 }

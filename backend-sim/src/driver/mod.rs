@@ -165,6 +165,14 @@ impl Driver for SimDriver {
         !self.lock().cfg.present_as_hardware
     }
 
+    fn host_clock_ns(&self) -> u64 {
+        self.now_ns()
+    }
+
+    fn host_sleep(&self, ns: u64) {
+        self.lock().charge(self.process, ns);
+    }
+
     fn device_count(&self) -> DriverResult<u32> {
         self.call(CallKind::DeviceCount, [0; 3], |st, _| Ok(st.cfg.devices))
     }

@@ -35,6 +35,6 @@ pub use emm_core::mr::event_log::{
     EventLog, LogAction, LogEvent, LogSummary, ReplayError, TimeOfDay, HEADER, MAX_LINE_BYTES,
     MICROS_PER_DAY,
 };
-pub use options::{HeldProbe, ReplayOptions, Threading, MAX_REPLAY_THREADS};
+pub use options::{HeldProbe, Pace, ReplayOptions, Threading, MAX_REPLAY_THREADS};
 pub use replayer::replay;
 pub use report::{LoggedAllocation, ReplayFailure, ReplayReport, SizeMismatch};

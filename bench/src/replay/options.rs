@@ -1,5 +1,6 @@
 //! [`ReplayOptions`]: how [`replay`](crate::replay::replay) runs: which threads
-//! ([`Threading`]), how held memory is measured ([`HeldProbe`]), whether leaks are kept.
+//! ([`Threading`]), at what pace ([`Pace`]), how held memory is measured ([`HeldProbe`]),
+//! whether leaks are kept.
 
 use std::fmt;
 
@@ -46,11 +47,29 @@ pub enum Threading {
 /// with more threads than this allocating at once is rare.
 pub const MAX_REPLAY_THREADS: usize = 256;
 
+/// When each event runs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Pace {
+    /// Each event as soon as the one before is done: the resource's own time, nothing else.
+    #[default]
+    Flat,
+    /// Each event no earlier than its time in the log after the first event's, on the
+    /// driver's clock ([`Driver::host_clock_ns`](emm_core::Driver::host_clock_ns)): the host
+    /// sleeps through the program's own work between calls ([`Driver::host_sleep`](emm_core::Driver::host_sleep);
+    /// on the simulated GPU, virtual time, so free), and the device runs on meanwhile. A
+    /// resource that weighs its driver calls against the time that passes (a tight segment's
+    /// moves) then sees the program's time, as it would under the program. The sleeps are not
+    /// in `resource_time`.
+    Recorded,
+}
+
 /// How to replay.
 #[derive(Debug, Default)]
 pub struct ReplayOptions {
     /// Which threads replay the events.
     pub threading: Threading,
+    /// When each event runs.
+    pub pace: Pace,
     /// How held memory is measured.
     pub held: HeldProbe,
     /// Keep the allocations the log never frees instead of freeing them after the replay

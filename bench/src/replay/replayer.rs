@@ -17,8 +17,8 @@ use std::time::Instant;
 
 use crate::lock;
 use crate::replay::{
-    EventLog, HeldProbe, LogAction, LogEvent, LoggedAllocation, ReplayError, ReplayFailure,
-    ReplayOptions, ReplayReport, SizeMismatch, Threading, MAX_REPLAY_THREADS,
+    EventLog, HeldProbe, LogAction, LogEvent, LoggedAllocation, Pace, ReplayError, ReplayFailure,
+    ReplayOptions, ReplayReport, SizeMismatch, Threading, MAX_REPLAY_THREADS, MICROS_PER_DAY,
 };
 use emm_core::driver::{DevicePtr, Driver, EventId, StreamId};
 use emm_core::mr::DeviceMemoryResource;
@@ -83,6 +83,7 @@ pub fn replay<R: DeviceMemoryResource + ?Sized>(
             HeldProbe::DriverMemInfo => driver.mem_get_info().ok().map(|i| i.free),
             _ => None,
         },
+        pacer: None,
         live: HashMap::new(),
         failed: HashSet::new(),
         live_bytes: 0,
@@ -94,6 +95,11 @@ pub fn replay<R: DeviceMemoryResource + ?Sized>(
             ..ReplayReport::default()
         },
     };
+    state.pacer = (options.pace == Pace::Recorded).then(|| Pacer {
+        origin: driver.host_clock_ns(),
+        first_us: log.events().first().map_or(0, |e| e.time_us),
+        reached_ns: 0,
+    });
     let start = Instant::now();
     let run = match options.threading {
         Threading::Single => {
@@ -203,9 +209,37 @@ struct Live {
     log_stream: u64,
 }
 
+/// Where a [`Pace::Recorded`] replay is in the log's time.
+struct Pacer {
+    /// The driver's clock at the first event.
+    origin: u64,
+    /// The first event's time of day.
+    first_us: u64,
+    /// The latest event time reached, in ns after the first: the log's threads may write
+    /// times slightly out of order, and the pace never goes back.
+    reached_ns: u64,
+}
+
+impl Pacer {
+    /// Sleeps on `driver` until the log's time of `e`.
+    fn wait_for(&mut self, driver: &dyn Driver, e: &LogEvent) {
+        // Times of day wrap at midnight; a log is taken to span less than a day.
+        let since_us = (e.time_us % MICROS_PER_DAY + MICROS_PER_DAY
+            - self.first_us % MICROS_PER_DAY)
+            % MICROS_PER_DAY;
+        self.reached_ns = self.reached_ns.max(since_us.saturating_mul(1000));
+        let target = self.origin.saturating_add(self.reached_ns);
+        let now = driver.host_clock_ns();
+        if target > now {
+            driver.host_sleep(target - now);
+        }
+    }
+}
+
 struct State<'a, R: ?Sized> {
     resource: &'a R,
     driver: &'a dyn Driver,
+    pacer: Option<Pacer>,
     streams: HashMap<u64, StreamId>,
     order_event: EventId,
     held: &'a HeldProbe,
@@ -227,6 +261,9 @@ impl<R: DeviceMemoryResource + ?Sized> State<'_, R> {
     }
 
     fn step(&mut self, index: usize, e: &LogEvent) {
+        if let Some(p) = &mut self.pacer {
+            p.wait_for(self.driver, e);
+        }
         let line = EventLog::line_of(index);
         match e.action {
             LogAction::AllocateFailure => self.report.logged_failures += 1,

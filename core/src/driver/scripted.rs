@@ -57,6 +57,16 @@ impl Unexpected for &'static str {
     }
 }
 
+impl Unexpected for u64 {
+    fn unexpected(_: &'static str) -> Self {
+        0
+    }
+}
+
+impl Unexpected for () {
+    fn unexpected(_: &'static str) -> Self {}
+}
+
 impl Unexpected for bool {
     fn unexpected(_: &'static str) -> Self {
         false

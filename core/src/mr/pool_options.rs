@@ -72,6 +72,9 @@ pub struct PoolOptions {
     pub growth: Growth,
     /// Where the pool's memory comes from.
     pub backing: Backing,
+    /// The most of the host's time a [`Backing::ExpandableTight`] segment spends moving
+    /// memory, in parts per thousand (`None`: no bound); past it the segment maps more instead.
+    pub move_share: Option<u16>,
 }
 
 impl PoolOptions {
@@ -80,6 +83,11 @@ impl PoolOptions {
 
     /// The default backing, chosen by measurement on W1, W2 and W3 (the book's "Resources and adaptors").
     pub const DEFAULT_BACKING: Backing = Backing::Expandable;
+
+    /// The default share of the host's time a tight segment spends moving memory: 5 %.
+    /// Real training and inference traces spend less (the book's "Resources and adaptors"); a
+    /// loop that only allocates would spend nearly all of its time.
+    pub const DEFAULT_MOVE_SHARE: Option<u16> = Some(50);
 
     /// Sets the bytes taken from upstream at construction.
     ///
@@ -112,6 +120,19 @@ impl PoolOptions {
         self.backing = backing;
         self
     }
+
+    /// Sets the most of the host's time, in parts per thousand of the time that passes on the
+    /// driver's clock ([`Driver::host_clock_ns`](crate::driver::Driver::host_clock_ns)), that
+    /// a [`Backing::ExpandableTight`] segment spends moving memory from free blocks to where
+    /// requests go; `None` moves whatever the time. Moves refused map more memory instead, so
+    /// held memory rises toward what [`Backing::Expandable`] holds. Values above 1000 count as
+    /// 1000.
+    ///
+    /// Default: [`PoolOptions::DEFAULT_MOVE_SHARE`].
+    pub fn move_share(mut self, permille: Option<u16>) -> Self {
+        self.move_share = permille.map(|p| p.min(1000));
+        self
+    }
 }
 
 impl Default for PoolOptions {
@@ -121,6 +142,7 @@ impl Default for PoolOptions {
             maximum_size: None,
             growth: Self::DEFAULT_GROWTH,
             backing: Self::DEFAULT_BACKING,
+            move_share: Self::DEFAULT_MOVE_SHARE,
         }
     }
 }

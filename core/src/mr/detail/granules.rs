@@ -145,6 +145,13 @@ impl TrimPolicy {
         }
     }
 
+    /// The policy of a segment that gives back nothing before it maps (only when the device
+    /// is short).
+    pub(crate) const fn keeping(mut self) -> Self {
+        self.gives_back = false;
+        self
+    }
+
     /// Bytes to give back before mapping `need` more to `mapped`, with `live` bytes live
     /// once the request is served (noted as seen).
     pub(crate) fn excess(&mut self, mapped: u64, need: u64, live: u64) -> u64 {

@@ -43,6 +43,7 @@
 //!   its free handles unmapped; `segment::unmap` gives back free handles anywhere and maps
 //!   them again.
 //! - [`granules`]: which granules of a segment are mapped, and when to unmap free ones.
+//! - [`move_budget`]: the share of the host's time a segment may spend moving memory.
 //! - [`pool_backing`]: where a pool's memory comes from: chunks or a segment.
 
 pub(crate) mod addr_map;
@@ -55,6 +56,7 @@ pub(crate) mod heap_holes;
 pub(crate) mod live_index;
 #[cfg(any(test, not(all(target_os = "linux", target_pointer_width = "64"))))]
 pub(crate) mod mask_checked_slice;
+pub(crate) mod move_budget;
 pub(crate) mod pool_backing;
 pub(crate) mod record;
 pub(crate) mod record_space;

@@ -4,9 +4,10 @@
 use crate::driver::Driver;
 use crate::error::DriverResult;
 use crate::mr::detail::heap::CoalescingHeap;
+use crate::mr::detail::move_budget::MoveBudget;
 use crate::mr::detail::record::MAX_CHUNK;
 use crate::mr::detail::segment::ExpandableSegment;
-use crate::mr::pool_options::Backing;
+use crate::mr::pool_options::{Backing, PoolOptions};
 
 /// Where a pool's memory comes from.
 #[derive(Debug, Default)]
@@ -40,21 +41,22 @@ impl PoolBacking {
         }
     }
 
-    /// Decides, once: a segment when `wanted` is [`Backing::Expandable`], the upstream is
-    /// `driver_backed`, `heap` is empty and `driver` can reserve address space for the whole
-    /// device (or `maximum`, when smaller); chunks otherwise, also when a driver call fails.
+    /// Decides, once: a segment when `options` want [`Backing::Expandable`] (or `Tight`), the
+    /// upstream is `driver_backed`, `heap` is empty and `driver` can reserve address space for
+    /// the whole device (or the maximum, when smaller); chunks otherwise, also when a driver
+    /// call fails.
     pub(crate) fn decide(
         &mut self,
         heap: &mut CoalescingHeap,
-        wanted: Backing,
+        options: &PoolOptions,
         driver_backed: bool,
         driver: &dyn Driver,
-        maximum: Option<u64>,
     ) {
         if !matches!(self, PoolBacking::Undecided) {
             return;
         }
         *self = PoolBacking::Chunks;
+        let (wanted, maximum) = (options.backing, options.maximum_size);
         let expandable = matches!(wanted, Backing::Expandable | Backing::ExpandableTight);
         if !expandable || !driver_backed || !heap.chunks().is_empty() {
             return;
@@ -72,7 +74,9 @@ impl PoolBacking {
             .saturating_mul(if tight { 2 } else { 1 })
             .min(MAX_CHUNK);
         if let Ok(mut seg) = ExpandableSegment::reserve(driver, span) {
-            seg.set_gives_back(tight);
+            if tight {
+                seg.give_back(MoveBudget::new(options.move_share, driver.host_clock_ns()));
+            }
             heap.set_wilderness();
             *self = PoolBacking::Segment(seg);
         }

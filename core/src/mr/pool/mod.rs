@@ -294,10 +294,9 @@ impl<Up: DeviceMemoryResource> PoolResource<Up> {
     fn decide_backing(&self, st: &mut PoolState) {
         let _scope = CallerScope::enter(NAME);
         let driver_backed = self.upstream.driver_backed();
-        let (wanted, max) = (self.options.backing, self.options.maximum_size);
         let driver = self.upstream.driver();
         st.backing
-            .decide(&mut st.heap, wanted, driver_backed, driver, max);
+            .decide(&mut st.heap, &self.options, driver_backed, driver);
     }
 
     fn release_free_chunks(&self, st: &mut PoolState) -> MrResult<u64> {

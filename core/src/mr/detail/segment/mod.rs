@@ -17,6 +17,7 @@ use crate::error::{CudaCode, DriverError, DriverResult};
 use crate::mr::detail::granules::{handle_bytes, GranuleMap, TrimPolicy};
 use crate::mr::detail::heap::{CoalescingHeap, SlabFull};
 use crate::mr::detail::heap_holes::Holes;
+use crate::mr::detail::move_budget::MoveBudget;
 use crate::mr::detail::stream_order::StreamOrder;
 use crate::mr::pool_options::Growth;
 use crate::mr::{MrError, MrResult};
@@ -52,6 +53,8 @@ pub(crate) struct SegmentMaps {
     pub(super) maps: GranuleMap,
     /// When to look for memory to give back.
     pub(super) policy: TrimPolicy,
+    /// How much of the host's time moving memory may take.
+    pub(super) budget: MoveBudget,
     /// Events of settled batches, for the next.
     pub(super) spare_events: Vec<EventId>,
     /// The holes in the heap's chunk.
@@ -108,7 +111,8 @@ impl ExpandableSegment {
             more: Box::new(SegmentMaps {
                 device,
                 maps: GranuleMap::default(),
-                policy: TrimPolicy::new(SLACK_PERMILLE),
+                policy: TrimPolicy::new(SLACK_PERMILLE).keeping(),
+                budget: MoveBudget::new(None, 0),
                 spare_events: Vec::new(),
                 holes: Holes::default(),
                 spare: None,
@@ -116,13 +120,14 @@ impl ExpandableSegment {
         })
     }
 
-    /// Whether free memory anywhere goes back before the segment maps more
-    /// ([`Backing::ExpandableTight`](crate::mr::Backing::ExpandableTight)), or only when the
-    /// device is short of memory.
-    pub(crate) fn set_gives_back(&mut self, gives_back: bool) {
-        self.more.policy.gives_back = gives_back;
+    /// Free memory anywhere goes back before the segment maps more, moves taking what
+    /// `budget` allows ([`Backing::ExpandableTight`](crate::mr::Backing::ExpandableTight));
+    /// else only when the device is short of memory.
+    pub(crate) fn give_back(&mut self, budget: MoveBudget) {
+        self.more.policy.gives_back = true;
+        self.more.budget = budget;
         // Only a segment that gives back keeps the handles it unmaps.
-        self.more.spare = gives_back.then(Vec::new);
+        self.more.spare = Some(Vec::new());
     }
 
     /// Whether free memory anywhere goes back before the segment maps more.
@@ -471,7 +476,15 @@ impl ExpandableSegment {
             .filter(|w| w.cost <= grow);
         let need = window.as_ref().map_or(grow, |w| w.cost);
         let live = heap.live_bytes().saturating_add(size);
-        let excess = self.more.policy.excess(self.mapped(), need, live);
+        let mut excess = self.more.policy.excess(self.mapped(), need, live);
+        // Moving memory spends from the budget what it took: a trim, the unmaps it left
+        // waiting, and the mapping of holes (a move's other half). A trim the budget refuses
+        // leaves the memory mapped, and the request maps more.
+        let clock = self.gives_back().then(|| driver.host_clock_ns());
+        if excess > 0 && clock.is_some_and(|now| !self.more.budget.allows(now)) {
+            excess = 0;
+        }
+        let settling = self.has_pending();
         let give = Give::Excess {
             bytes: excess,
             wild: window.is_some(),
@@ -483,11 +496,16 @@ impl ExpandableSegment {
             self.wait_pending(driver, heap);
         }
         let filled = self.fill_for(driver, heap, slot, size, room(self), false);
+        let moved = excess > 0 || settling || matches!(filled, Ok(true));
         let mut grown = match filled {
             Ok(true) => Ok(()),
             Ok(false) => self.grow_for(driver, heap, slot, size, growth, room(self)),
             Err(e) => Err(GrowError::Driver(e)),
         };
+        if let (Some(t0), true) = (clock, moved) {
+            let took = driver.host_clock_ns().saturating_sub(t0);
+            self.more.budget.spend(took);
+        }
         let short = match &grown {
             Err(GrowError::Driver(e)) => e.is_out_of_memory(),
             Err(GrowError::NoRoom { .. }) => true,
