@@ -10,12 +10,10 @@ use emm_core::workloads;
 use emm_core::{CudaCode, DeviceId, DevicePtr, Driver, StreamId};
 use emm_sim::{CallKind, Fault, SimConfig, SimDriver, GIB, MIB};
 
+use crate::common::{calls_of, large_untraced_gpu, pool};
+
 fn gpu() -> Arc<SimDriver> {
     Arc::new(SimDriver::new(SimConfig::new(3).memory_per_device(4 * GIB)).expect("config"))
-}
-
-fn pool(g: &Arc<SimDriver>) -> PoolResource<CudaResource<SimDriver>> {
-    PoolResource::new(CudaResource::new(Arc::clone(g)))
 }
 
 /// A pool of `cuMemAlloc` chunks, for the tests of chunk behaviour (mr_pool_expandable.rs has
@@ -26,10 +24,6 @@ fn chunked(g: &Arc<SimDriver>, options: PoolOptions) -> PoolResource<CudaResourc
         options.backing(Backing::Chunks),
     )
     .unwrap()
-}
-
-fn calls_of(g: &SimDriver, kind: CallKind) -> usize {
-    g.trace().iter().filter(|e| e.call == kind).count()
 }
 
 #[test]
@@ -287,15 +281,7 @@ fn alignment_above_256_is_refused_not_ignored() {
 
 #[test]
 fn the_standard_workloads_keep_every_invariant_and_hold_little() {
-    let g = Arc::new(
-        SimDriver::new(
-            SimConfig::new(4)
-                .memory_per_device(80 * GIB)
-                .track_contents(false)
-                .record_trace(false),
-        )
-        .unwrap(),
-    );
+    let g = large_untraced_gpu();
     for w in [workloads::w1(), workloads::w2()] {
         let p = pool(&g);
         let peak = w.summary().peak_live_bytes;

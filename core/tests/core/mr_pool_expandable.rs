@@ -13,6 +13,8 @@ use emm_core::workloads;
 use emm_core::{CudaCode, DeviceId, DevicePtr, Driver, StreamId};
 use emm_sim::{CallKind, Fault, SimConfig, SimDriver, GIB, MIB};
 
+use crate::common::{calls_of, large_untraced_gpu, pool};
+
 const S: StreamId = StreamId::DEFAULT;
 const D0: DeviceId = DeviceId(0);
 
@@ -20,16 +22,8 @@ fn gpu() -> Arc<SimDriver> {
     Arc::new(SimDriver::new(SimConfig::new(8).memory_per_device(GIB)).unwrap())
 }
 
-fn pool(g: &Arc<SimDriver>) -> PoolResource<CudaResource<SimDriver>> {
-    PoolResource::new(CudaResource::new(Arc::clone(g)))
-}
-
 fn with(g: &Arc<SimDriver>, o: PoolOptions) -> PoolResource<CudaResource<SimDriver>> {
     PoolResource::with_options(CudaResource::new(Arc::clone(g)), o).unwrap()
-}
-
-fn calls_of(g: &SimDriver, kind: CallKind) -> usize {
-    g.trace().iter().filter(|e| e.call == kind).count()
 }
 
 #[test]
@@ -320,15 +314,7 @@ fn chunks_where_a_segment_cannot_be_had() {
 
 #[test]
 fn the_standard_workloads_hold_at_most_ten_percent_over_peak_live() {
-    let g = Arc::new(
-        SimDriver::new(
-            SimConfig::new(4)
-                .memory_per_device(80 * GIB)
-                .track_contents(false)
-                .record_trace(false),
-        )
-        .unwrap(),
-    );
+    let g = large_untraced_gpu();
     for w in [workloads::w1(), workloads::w2(), workloads::w3()] {
         let p = pool(&g);
         let peak = w.summary().peak_live_bytes;

@@ -222,19 +222,7 @@ fn a_thread_replaying_its_list_again_takes_nothing_from_the_shared_pool() {
     let g = gpu(4 * GIB);
     let r = sharded(&g, 4);
     let w = w1_shaped(20_000);
-    let pass = || {
-        emm_core::workloads::replay(
-            &w,
-            |size| {
-                r.allocate(size as usize, StreamId::DEFAULT)
-                    .map(|p| (p, size))
-            },
-            |(p, size): (emm_core::DevicePtr, u64), _| {
-                r.deallocate(p, size as usize, StreamId::DEFAULT).unwrap()
-            },
-        )
-        .unwrap()
-    };
+    let pass = || crate::common::replay(&r, &w).unwrap();
     pass();
     let (calls, moves) = (g.call_count(), r.chunk_moves().unwrap());
     assert!(moves > 0, "the first pass grew the shard");

@@ -128,17 +128,7 @@ fn a_pool_removes_the_peer_registration_cost_of_cu_mem_alloc() {
         g.set_current_context(ctxs[0]).unwrap();
         let r = named::build(name, Arc::new(g.clone())).unwrap();
         let t0 = g.now_ns();
-        emm_core::workloads::replay(
-            &w,
-            |size| {
-                r.allocate(size as usize, StreamId::DEFAULT)
-                    .map(|p| (p, size))
-            },
-            |(p, size): (emm_core::DevicePtr, u64), _| {
-                r.deallocate(p, size as usize, StreamId::DEFAULT).unwrap()
-            },
-        )
-        .unwrap();
+        crate::common::replay(&r, &w).unwrap();
         g.context_synchronize().unwrap();
         (g.now_ns() - t0) as f64 / w.ops.len() as f64
     };

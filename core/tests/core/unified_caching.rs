@@ -12,6 +12,8 @@ use emm_core::unified::{
 use emm_core::{CudaCode, DeviceId, DevicePtr, Driver, Location, StreamId};
 use emm_sim::{CallKind, Fault, SimConfig, SimDriver, GIB, MIB};
 
+use crate::common::calls_of;
+
 const S0: StreamId = StreamId::DEFAULT;
 const DEV: Placement = Placement::Device(DeviceId(0));
 
@@ -23,10 +25,6 @@ fn cache_on(g: &SimDriver, limit: ManagedLimit) -> CachingManagedAllocator {
 
 fn gpu(memory: u64) -> SimDriver {
     SimDriver::new(SimConfig::new(21).memory_per_device(memory)).unwrap()
-}
-
-fn count(g: &SimDriver, kind: CallKind) -> usize {
-    g.trace().iter().filter(|e| e.call == kind).count()
 }
 
 fn segment_of(g: &SimDriver, p: DevicePtr) -> u64 {
@@ -48,14 +46,14 @@ fn frees_never_reach_the_driver_and_reuse_is_a_cache_hit() {
         }
     }
     assert_eq!(
-        count(&g, CallKind::MemFree),
+        calls_of(&g, CallKind::MemFree),
         0,
         "no cuMemFree on the hot path"
     );
     let s = cache.stats();
     // A small segment, and a large one whose rest after 3 MiB holds the 12 MiB request.
     assert_eq!(s.segments_allocated, 2);
-    assert_eq!(count(&g, CallKind::MemAllocManaged), 2);
+    assert_eq!(calls_of(&g, CallKind::MemAllocManaged), 2);
     assert_eq!((s.cache_misses, s.cache_hits), (2, 298));
     assert_eq!((s.live_blocks, s.frees), (0, 300));
     cache.check().unwrap();
@@ -132,13 +130,13 @@ fn stream_ordered_reuse_follows_the_pools_rules() {
     g.device_access(p, 64 << 10, a, true).unwrap();
     cache.free(p, 64 << 10, a).unwrap();
     let (records, waits) = (
-        count(&g, CallKind::EventRecord),
-        count(&g, CallKind::StreamWaitEvent),
+        calls_of(&g, CallKind::EventRecord),
+        calls_of(&g, CallKind::StreamWaitEvent),
     );
     let q = cache.allocate_placed(64 << 10, DEV, a).unwrap();
     assert_eq!(q, p, "same stream: at once");
     assert_eq!(
-        count(&g, CallKind::EventRecord),
+        calls_of(&g, CallKind::EventRecord),
         records,
         "and with no event"
     );
@@ -146,9 +144,9 @@ fn stream_ordered_reuse_follows_the_pools_rules() {
     cache.free(q, 64 << 10, a).unwrap();
     let r = cache.allocate_placed(64 << 10, DEV, b).unwrap();
     assert_eq!(r, p, "B takes A's block…");
-    assert_eq!(count(&g, CallKind::EventRecord), records + 1);
+    assert_eq!(calls_of(&g, CallKind::EventRecord), records + 1);
     assert_eq!(
-        count(&g, CallKind::StreamWaitEvent),
+        calls_of(&g, CallKind::StreamWaitEvent),
         waits + 1,
         "…after waiting for A"
     );
@@ -344,7 +342,7 @@ fn release_gives_back_wholly_free_segments_only() {
     );
     cache.free(c, 3 << 20, s).unwrap();
     assert_eq!(cache.release().unwrap(), 128 * MIB);
-    assert_eq!(count(&g, CallKind::MemFree), 1);
+    assert_eq!(calls_of(&g, CallKind::MemFree), 1);
     cache.free(a, 4096, S0).unwrap();
     assert_eq!(cache.release().unwrap(), 2 * MIB);
     assert_eq!(cache.stats().held_bytes, 0);

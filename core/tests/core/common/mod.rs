@@ -4,9 +4,10 @@
 
 use std::sync::{Arc, Mutex};
 
-use emm_core::mr::{DeviceMemoryResource, MrError, MrResult};
+use emm_core::mr::{CudaResource, DeviceMemoryResource, MrError, MrResult, PoolResource};
+use emm_core::workloads::{self, Workload};
 use emm_core::{DevicePtr, Driver, MemInfo, StreamId};
-use emm_sim::SimDriver;
+use emm_sim::{CallKind, SimConfig, SimDriver, GIB};
 
 /// Two non-blocking streams: nothing orders them with each other or with the legacy default
 /// stream.
@@ -14,6 +15,39 @@ pub fn two_streams(g: &SimDriver) -> (StreamId, StreamId) {
     (
         g.stream_create(true).unwrap(),
         g.stream_create(true).unwrap(),
+    )
+}
+
+/// How many calls of `kind` the driver has seen (its trace must be on).
+pub fn calls_of(g: &SimDriver, kind: CallKind) -> usize {
+    g.trace().iter().filter(|e| e.call == kind).count()
+}
+
+/// A device of 80 GiB that keeps neither contents nor a trace: for replaying the standard
+/// workloads, whose peaks need tens of GiB, at speed.
+pub fn large_untraced_gpu() -> Arc<SimDriver> {
+    let config = SimConfig::new(4)
+        .memory_per_device(80 * GIB)
+        .track_contents(false)
+        .record_trace(false);
+    Arc::new(SimDriver::new(config).unwrap())
+}
+
+/// A pool over `cuMemAlloc`, with the default options.
+pub fn pool(g: &Arc<SimDriver>) -> PoolResource<CudaResource<SimDriver>> {
+    PoolResource::new(CudaResource::new(Arc::clone(g)))
+}
+
+/// Replays `w` through `r` on the default stream; every free must succeed.
+///
+/// # Errors
+///
+/// The first allocation `r` refuses.
+pub fn replay(r: &(impl DeviceMemoryResource + ?Sized), w: &Workload) -> MrResult<()> {
+    workloads::replay(
+        w,
+        |size| r.allocate(size as usize, StreamId::DEFAULT),
+        |p, size| r.deallocate(p, size as usize, StreamId::DEFAULT).unwrap(),
     )
 }
 
