@@ -100,12 +100,12 @@ def cnn(torch):
 # --- workloads: each yields once a step ----------------------------------------------------
 
 
-def transformer_train(torch, rng, steps):
-    model = decoder(torch, layers=12, d=1024, heads=16, vocab=32000).cuda()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+def next_token_steps(torch, rng, steps, model, opt, seq_range, tokens):
+    """Trains `model` to predict the next token: each step a random length from `seq_range`
+    (randrange's start, stop, step) and a batch of about `tokens` tokens; yields once a step."""
     for _ in range(steps):
-        seq = rng.randrange(128, 2049, 64)
-        batch = max(1, 16384 // seq)
+        seq = rng.randrange(*seq_range)
+        batch = max(1, tokens // seq)
         ids = torch.randint(0, 32000, (batch, seq + 1), device="cuda")
         with torch.autocast("cuda", dtype=torch.bfloat16):
             logits = model(ids[:, :-1])
@@ -114,6 +114,12 @@ def transformer_train(torch, rng, steps):
         opt.step()
         opt.zero_grad(set_to_none=True)
         yield
+
+
+def transformer_train(torch, rng, steps):
+    model = decoder(torch, layers=12, d=1024, heads=16, vocab=32000).cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    yield from next_token_steps(torch, rng, steps, model, opt, (128, 2049, 64), 16384)
 
 
 def llm_decode(torch, rng, steps):
@@ -155,17 +161,7 @@ def finetune_checkpoint(torch, rng, steps):
         p.requires_grad_(False)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
     model.train()
-    for _ in range(steps):
-        seq = rng.randrange(256, 4097, 128)
-        batch = max(1, 32768 // seq)
-        ids = torch.randint(0, 32000, (batch, seq + 1), device="cuda")
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            logits = model(ids[:, :-1])
-            loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), ids[:, 1:].flatten())
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        yield
+    yield from next_token_steps(torch, rng, steps, model, opt, (256, 4097, 128), 32768)
 
 
 RUNS = {
