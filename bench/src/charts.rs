@@ -4,6 +4,7 @@
 //! Every chart has a title, labelled axes with units and a legend; axes may be logarithmic.
 //! Text is laid out with plotters' built-in font metrics, so no font is needed to draw.
 
+use plotters::coord::ranged1d::ValueFormatter;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
@@ -222,47 +223,37 @@ impl BarChart {
             }
             out
         };
+        let x = 0f64..n_groups as f64;
         if self.log_y {
-            let mut chart = builder
-                .build_cartesian_2d(0f64..n_groups as f64, (lo..hi).log_scale())
-                .map_err(err)?;
-            chart
-                .configure_mesh()
-                .disable_x_mesh()
-                .x_labels(2 * n_groups + 1)
-                .x_label_formatter(&x_fmt)
-                .y_label_formatter(&|y| short(*y))
-                .y_desc(&self.y_label)
-                .draw()
-                .map_err(err)?;
-            self.legend_bars(&mut chart, rects(lo))?;
+            let chart = builder.build_cartesian_2d(x, (lo..hi).log_scale());
+            self.draw_bars(chart.map_err(err)?, n_groups, &x_fmt, rects(lo))
         } else {
-            let mut chart = builder
-                .build_cartesian_2d(0f64..n_groups as f64, lo..hi)
-                .map_err(err)?;
-            chart
-                .configure_mesh()
-                .disable_x_mesh()
-                .x_labels(2 * n_groups + 1)
-                .x_label_formatter(&x_fmt)
-                .y_label_formatter(&|y| short(*y))
-                .y_desc(&self.y_label)
-                .draw()
-                .map_err(err)?;
-            self.legend_bars(&mut chart, rects(lo))?;
+            let chart = builder.build_cartesian_2d(x, lo..hi);
+            self.draw_bars(chart.map_err(err)?, n_groups, &x_fmt, rects(lo))
         }
-        Ok(())
     }
 
-    fn legend_bars<'a, X, Y>(
+    /// The mesh, the bars of every series and the legend, on a linear or a logarithmic y axis.
+    fn draw_bars<'a, X, Y>(
         &self,
-        chart: &mut ChartContext<'a, SVGBackend<'a>, Cartesian2d<X, Y>>,
+        mut chart: ChartContext<'a, SVGBackend<'a>, Cartesian2d<X, Y>>,
+        n_groups: usize,
+        x_fmt: &dyn Fn(&f64) -> String,
         rects: Vec<(usize, [(f64, f64); 2])>,
     ) -> Result<(), String>
     where
-        X: Ranged<ValueType = f64>,
-        Y: Ranged<ValueType = f64>,
+        X: Ranged<ValueType = f64> + ValueFormatter<f64>,
+        Y: Ranged<ValueType = f64> + ValueFormatter<f64>,
     {
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_labels(2 * n_groups + 1)
+            .x_label_formatter(x_fmt)
+            .y_label_formatter(&|y| short(*y))
+            .y_desc(&self.y_label)
+            .draw()
+            .map_err(err)?;
         for (s, (name, _)) in self.series.iter().enumerate() {
             let c = colour(s);
             let mine: Vec<_> = rects.iter().filter(|(k, _)| *k == s).collect();
