@@ -182,6 +182,22 @@ impl CudaDriver {
         s.map(|s| self.stream(s)).transpose()
     }
 
+    /// Runs a copy or set of `size` bytes through `run`, on `s`'s raw stream (`None`: the
+    /// synchronous call) with a context current. An empty one does nothing, not even check `s`.
+    pub(super) fn transfer(
+        &self,
+        size: usize,
+        s: Option<StreamId>,
+        run: impl FnOnce(Option<sys::CUstream>) -> DriverResult<()>,
+    ) -> DriverResult<()> {
+        if size == 0 {
+            return Ok(());
+        }
+        let raw = self.opt_stream(s)?;
+        self.ensure_context()?;
+        run(raw)
+    }
+
     pub(super) fn event(&self, e: EventId) -> DriverResult<sys::CUevent> {
         if self.lock().events.contains(&e.0) {
             Ok(e.0 as sys::CUevent)

@@ -606,40 +606,34 @@ impl Driver for CudaDriver {
     }
 
     fn memcpy_htod(&self, dst: DevicePtr, src: &[u8], s: Option<StreamId>) -> DriverResult<()> {
-        if src.is_empty() {
-            return Ok(());
-        }
-        let raw = self.opt_stream(s)?;
-        self.ensure_context()?;
-        mem::htod(dst.0, src, raw)?;
-        // A pinned source is copied by DMA after the call returns: wait, so that `src` may be
-        // reused as soon as this returns (a pageable source is staged before it returns).
-        if let Some(raw) = raw {
-            if self
-                .lock()
-                .host
-                .pinned
-                .range(..=src.as_ptr() as u64)
-                .next_back()
-                .is_some_and(|(b, n)| (src.as_ptr() as u64) < b + *n as u64)
-            {
-                stream::synchronize(raw)?;
+        self.transfer(src.len(), s, |raw| {
+            mem::htod(dst.0, src, raw)?;
+            // A pinned source is copied by DMA after the call returns: wait, so that `src` may
+            // be reused as soon as this returns (a pageable source is staged before it returns).
+            if let Some(raw) = raw {
+                if self
+                    .lock()
+                    .host
+                    .pinned
+                    .range(..=src.as_ptr() as u64)
+                    .next_back()
+                    .is_some_and(|(b, n)| (src.as_ptr() as u64) < b + *n as u64)
+                {
+                    stream::synchronize(raw)?;
+                }
             }
-        }
-        Ok(())
+            Ok(())
+        })
     }
 
     fn memcpy_dtoh(&self, dst: &mut [u8], src: DevicePtr, s: Option<StreamId>) -> DriverResult<()> {
-        if dst.is_empty() {
-            return Ok(());
-        }
-        let raw = self.opt_stream(s)?;
-        self.ensure_context()?;
-        mem::dtoh(dst, src.0, raw)?;
-        if let Some(raw) = raw {
-            stream::synchronize(raw)?;
-        }
-        Ok(())
+        self.transfer(dst.len(), s, |raw| {
+            mem::dtoh(dst, src.0, raw)?;
+            match raw {
+                Some(raw) => stream::synchronize(raw),
+                None => Ok(()),
+            }
+        })
     }
 
     fn memcpy_dtod(
@@ -649,12 +643,7 @@ impl Driver for CudaDriver {
         size: usize,
         s: Option<StreamId>,
     ) -> DriverResult<()> {
-        if size == 0 {
-            return Ok(());
-        }
-        let raw = self.opt_stream(s)?;
-        self.ensure_context()?;
-        mem::copy(dst.0, src.0, size, raw)
+        self.transfer(size, s, |raw| mem::copy(dst.0, src.0, size, raw))
     }
 
     fn memset_d8(
@@ -664,12 +653,7 @@ impl Driver for CudaDriver {
         size: usize,
         s: Option<StreamId>,
     ) -> DriverResult<()> {
-        if size == 0 {
-            return Ok(());
-        }
-        let raw = self.opt_stream(s)?;
-        self.ensure_context()?;
-        mem::set_d8(dst.0, value, size, raw)
+        self.transfer(size, s, |raw| mem::set_d8(dst.0, value, size, raw))
     }
 
     fn host_read(&self, src: HostPtr, dst: &mut [u8]) -> DriverResult<()> {
