@@ -25,8 +25,8 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use crate::driver::{DevicePtr, Driver, StreamId};
-use crate::mr::adaptor::{align_up, lock};
+use crate::driver::{DevicePtr, Driver};
+use crate::mr::adaptor::{align_up, lock, Request};
 use crate::mr::{
     assert_resource, check_alignment, DeviceMemoryResource, MrError, MrResult, MIN_ALIGNMENT,
 };
@@ -116,14 +116,29 @@ impl<Up: DeviceMemoryResource> AlignedAdaptor<Up> {
     fn upstream_size(bytes: usize, alignment: usize) -> Option<usize> {
         bytes.checked_add(alignment - MIN_ALIGNMENT)
     }
+}
+
+impl<Up: DeviceMemoryResource> super::Adaptor for AlignedAdaptor<Up> {
+    type Upstream = Up;
+
+    /// Any power of two: [`MrError::InvalidArgument`] for any other alignment, and
+    /// [`MrError::OutOfMemory`] when the padded size does not fit in `usize`.
+    const HONOURS_ANY_ALIGNMENT: bool = true;
+
+    fn upstream(&self) -> &Up {
+        &self.upstream
+    }
+
+    fn name(&self) -> &'static str {
+        "AlignedAdaptor"
+    }
 
     /// # Time complexity
     ///
     /// O(1) expected besides the upstream.
-    fn allocate_at(&self, bytes: usize, alignment: usize, stream: StreamId) -> MrResult<DevicePtr> {
-        if bytes == 0 {
-            return Ok(DevicePtr::NULL);
-        }
+    fn allocate_request(&self, request: Request) -> MrResult<DevicePtr> {
+        let Request { bytes, stream, .. } = request;
+        let alignment = self.effective(bytes, request.effective_alignment());
         if alignment <= MIN_ALIGNMENT {
             return self.upstream.allocate(bytes, stream);
         }
@@ -151,16 +166,9 @@ impl<Up: DeviceMemoryResource> AlignedAdaptor<Up> {
         Ok(DevicePtr(aligned))
     }
 
-    fn deallocate_at(
-        &self,
-        ptr: DevicePtr,
-        bytes: usize,
-        alignment: usize,
-        stream: StreamId,
-    ) -> MrResult<()> {
-        if ptr == DevicePtr::NULL && bytes == 0 {
-            return Ok(());
-        }
+    fn deallocate_request(&self, ptr: DevicePtr, request: Request) -> MrResult<()> {
+        let Request { bytes, stream, .. } = request;
+        let alignment = self.effective(bytes, request.effective_alignment());
         if alignment <= MIN_ALIGNMENT {
             return self.upstream.deallocate(ptr, bytes, stream);
         }
@@ -201,64 +209,6 @@ impl<Up: DeviceMemoryResource> AlignedAdaptor<Up> {
                     lock(&self.shifted).insert(ptr.0, s);
                 }
             })
-    }
-}
-
-impl<Up: DeviceMemoryResource> super::Adaptor for AlignedAdaptor<Up> {
-    type Upstream = Up;
-
-    fn upstream(&self) -> &Up {
-        &self.upstream
-    }
-
-    fn name(&self) -> &'static str {
-        "AlignedAdaptor"
-    }
-
-    fn allocate(&self, bytes: usize, stream: StreamId) -> MrResult<DevicePtr> {
-        self.allocate_at(bytes, self.effective(bytes, MIN_ALIGNMENT), stream)
-    }
-
-    fn deallocate(&self, ptr: DevicePtr, bytes: usize, stream: StreamId) -> MrResult<()> {
-        self.deallocate_at(ptr, bytes, self.effective(bytes, MIN_ALIGNMENT), stream)
-    }
-
-    /// Any power of two.
-    ///
-    /// # Errors
-    ///
-    /// [`MrError::InvalidArgument`] when `alignment` is not a power of two;
-    /// [`MrError::OutOfMemory`] when the padded size does not fit in `usize` or the upstream
-    /// runs out.
-    fn allocate_aligned(
-        &self,
-        bytes: usize,
-        alignment: usize,
-        stream: StreamId,
-    ) -> MrResult<DevicePtr> {
-        check_alignment(
-            DeviceMemoryResource::name(self),
-            bytes,
-            alignment,
-            usize::MAX,
-        )?;
-        self.allocate_at(bytes, self.effective(bytes, alignment), stream)
-    }
-
-    fn deallocate_aligned(
-        &self,
-        ptr: DevicePtr,
-        bytes: usize,
-        alignment: usize,
-        stream: StreamId,
-    ) -> MrResult<()> {
-        check_alignment(
-            DeviceMemoryResource::name(self),
-            bytes,
-            alignment,
-            usize::MAX,
-        )?;
-        self.deallocate_at(ptr, bytes, self.effective(bytes, alignment), stream)
     }
 }
 

@@ -53,7 +53,7 @@ pub use tracking::{LeakReport, OutstandingAllocation, TrackingAdaptor};
 use std::sync::{Mutex, MutexGuard};
 
 use crate::driver::{DevicePtr, Driver, MemInfo, StreamId};
-use crate::mr::{DeviceMemoryResource, MrResult, MIN_ALIGNMENT};
+use crate::mr::{check_alignment, DeviceMemoryResource, MrResult, MIN_ALIGNMENT};
 
 /// One allocation or free as it reaches an adaptor: the plain call (`alignment` is `None`) or
 /// the aligned one, so that an adaptor writes its behaviour once for both and still hands the
@@ -129,6 +129,13 @@ pub trait Adaptor: Send + Sync {
     /// The resource this adaptor wraps.
     type Upstream: DeviceMemoryResource;
 
+    /// Whether the adaptor honours any power-of-two alignment itself, rather than pass
+    /// alignments to its upstream to judge: then an aligned call checks the alignment here, an
+    /// aligned call of 0 bytes returns [`DevicePtr::NULL`] without reaching the upstream, and
+    /// every other aligned call reaches [`Adaptor::allocate_request`] and
+    /// [`Adaptor::deallocate_request`] for the adaptor to align. False by default.
+    const HONOURS_ANY_ALIGNMENT: bool = false;
+
     /// The resource this adaptor wraps.
     fn upstream(&self) -> &Self::Upstream;
 
@@ -201,11 +208,14 @@ pub trait Adaptor: Send + Sync {
 
     /// As [`DeviceMemoryResource::allocate_aligned`]: 0 bytes go to the upstream unchanged (it
     /// judges the alignment and counts nothing); any other size goes to
-    /// [`Adaptor::allocate_request`].
+    /// [`Adaptor::allocate_request`]. With [`Adaptor::HONOURS_ANY_ALIGNMENT`], the alignment is
+    /// checked first and 0 bytes are [`DevicePtr::NULL`].
     ///
     /// # Errors
     ///
-    /// Those of [`Adaptor::allocate_request`].
+    /// Those of [`Adaptor::allocate_request`]; with [`Adaptor::HONOURS_ANY_ALIGNMENT`],
+    /// [`MrError::InvalidArgument`](crate::mr::MrError::InvalidArgument) for an alignment that
+    /// is not a power of two.
     #[inline]
     fn allocate_aligned(
         &self,
@@ -213,7 +223,12 @@ pub trait Adaptor: Send + Sync {
         alignment: usize,
         stream: StreamId,
     ) -> MrResult<DevicePtr> {
-        if bytes == 0 {
+        if Self::HONOURS_ANY_ALIGNMENT {
+            check_alignment(self.name(), bytes, alignment, usize::MAX)?;
+            if bytes == 0 {
+                return Ok(DevicePtr::NULL);
+            }
+        } else if bytes == 0 {
             return self.upstream().allocate_aligned(0, alignment, stream);
         }
         self.allocate_request(Request {
@@ -224,11 +239,13 @@ pub trait Adaptor: Send + Sync {
     }
 
     /// As [`DeviceMemoryResource::deallocate_aligned`]: `(DevicePtr::NULL, 0)` is a no-op; any
-    /// other free goes to [`Adaptor::deallocate_request`].
+    /// other free goes to [`Adaptor::deallocate_request`]. With
+    /// [`Adaptor::HONOURS_ANY_ALIGNMENT`], the alignment is checked first.
     ///
     /// # Errors
     ///
-    /// Those of [`Adaptor::deallocate_request`].
+    /// Those of [`Adaptor::deallocate_request`], and as [`Adaptor::allocate_aligned`] for the
+    /// alignment.
     #[inline]
     fn deallocate_aligned(
         &self,
@@ -237,6 +254,9 @@ pub trait Adaptor: Send + Sync {
         alignment: usize,
         stream: StreamId,
     ) -> MrResult<()> {
+        if Self::HONOURS_ANY_ALIGNMENT {
+            check_alignment(self.name(), bytes, alignment, usize::MAX)?;
+        }
         if ptr == DevicePtr::NULL && bytes == 0 {
             return Ok(());
         }
