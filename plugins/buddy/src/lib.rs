@@ -22,7 +22,7 @@ use alloc::collections::{BTreeMap, BTreeSet};
 use alloc::vec::Vec;
 
 use emm_plugin_sdk::{
-    export_plugin, Answer, Config, Error, Policy, Request, Stats, Upstream, GRANULE,
+    export_plugin, Answer, Config, Deferral, Error, Policy, Request, Stats, Upstream, GRANULE,
 };
 
 /// Default chunk size.
@@ -56,7 +56,7 @@ pub struct Buddy {
     idle_large: Vec<(u32, u64)>,
     free_bytes: u64,
     held_bytes: u64,
-    deferring: u32,
+    deferral: Deferral,
 }
 
 impl Buddy {
@@ -70,7 +70,7 @@ impl Buddy {
             idle_large: Vec::new(),
             free_bytes: 0,
             held_bytes: 0,
-            deferring: 0,
+            deferral: Deferral::default(),
         })
     }
 
@@ -101,14 +101,7 @@ impl Buddy {
             .div_ceil(GRANULE)
             .checked_mul(GRANULE)
             .ok_or(Error::OutOfMemory)?;
-        let chunk = match up.alloc_chunk(bytes, GRANULE) {
-            Ok(c) => c,
-            Err(Error::OutOfMemory) if self.deferring == 0 => {
-                self.trim(up, 0)?;
-                up.alloc_chunk(bytes, GRANULE)?
-            }
-            Err(e) => return Err(e),
-        };
+        let chunk = self.deferral.alloc_chunk_or_trim(self, up, bytes)?;
         self.large.insert(chunk.handle, bytes);
         self.held_bytes += bytes;
         Ok(Answer {
@@ -120,14 +113,7 @@ impl Buddy {
     fn grow<U: Upstream>(&mut self, up: &mut U, order: usize) -> Result<(), Error> {
         let chunk_order = order.max(self.chunk_order);
         let size = block_bytes(chunk_order);
-        let chunk = match up.alloc_chunk(size, GRANULE) {
-            Ok(c) => c,
-            Err(Error::OutOfMemory) if self.deferring == 0 => {
-                self.trim(up, 0)?;
-                up.alloc_chunk(size, GRANULE)?
-            }
-            Err(e) => return Err(e),
-        };
+        let chunk = self.deferral.alloc_chunk_or_trim(self, up, size)?;
         self.chunks.insert(chunk.handle, chunk_order);
         self.held_bytes += size;
         self.free_bytes += size;
@@ -180,7 +166,7 @@ impl Policy for Buddy {
                 return Err(Error::UnknownAllocation);
             }
             self.large.remove(&answer.chunk);
-            if self.deferring > 0 {
+            if self.deferral.is_active() {
                 self.idle_large.push((answer.chunk, bytes));
                 return Ok(());
             }
@@ -265,12 +251,11 @@ impl Policy for Buddy {
     }
 
     fn defer_enter(&mut self) {
-        self.deferring += 1;
+        self.deferral.enter();
     }
 
     fn defer_exit<U: Upstream>(&mut self, up: &mut U) -> Result<(), Error> {
-        self.deferring = self.deferring.saturating_sub(1);
-        if self.deferring > 0 {
+        if !self.deferral.exit() {
             return Ok(());
         }
         self.release_idle_large(up)

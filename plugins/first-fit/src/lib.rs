@@ -28,8 +28,8 @@ use alloc::vec::Vec;
 use blocks::FreeBlocks;
 
 use emm_plugin_sdk::{
-    checked_round_up, export_plugin, Answer, Config, Error, Policy, Request, Stats, Upstream,
-    GRANULE,
+    checked_round_up, export_plugin, Answer, Config, Deferral, Error, Policy, Request, Stats,
+    Upstream, GRANULE,
 };
 
 /// Default chunk size.
@@ -51,7 +51,7 @@ pub struct FirstFit {
     chunks: Vec<u64>,
     free_bytes: u64,
     held_bytes: u64,
-    deferring: u32,
+    deferral: Deferral,
 }
 
 impl FirstFit {
@@ -85,15 +85,7 @@ impl FirstFit {
 
     fn grow<U: Upstream>(&mut self, up: &mut U, need: u64) -> Result<(), Error> {
         let size = need.max(self.chunk_bytes);
-        let chunk = match up.alloc_chunk(size, GRANULE) {
-            Ok(c) => c,
-            Err(Error::OutOfMemory) if self.deferring == 0 => {
-                // Give back what is empty, then try once more.
-                self.trim(up, 0)?;
-                up.alloc_chunk(size, GRANULE)?
-            }
-            Err(e) => return Err(e),
-        };
+        let chunk = self.deferral.alloc_chunk_or_trim(self, up, size)?;
         let Some(i) = usize::try_from(chunk.handle)
             .ok()
             .and_then(|h| h.checked_sub(1))
@@ -207,11 +199,11 @@ impl Policy for FirstFit {
     }
 
     fn defer_enter(&mut self) {
-        self.deferring += 1;
+        self.deferral.enter();
     }
 
     fn defer_exit<U: Upstream>(&mut self, _up: &mut U) -> Result<(), Error> {
-        self.deferring = self.deferring.saturating_sub(1);
+        self.deferral.exit();
         Ok(())
     }
 }

@@ -255,6 +255,56 @@ pub trait Policy: Sized {
     }
 }
 
+/// How many `defer_cleanup` scopes are open, for a policy that holds chunks back while one
+/// is: [`Deferral::enter`] from [`Policy::defer_enter`], [`Deferral::exit`] from
+/// [`Policy::defer_exit`].
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Deferral(u32);
+
+impl Deferral {
+    /// A scope begins.
+    #[inline]
+    pub fn enter(&mut self) {
+        self.0 += 1;
+    }
+
+    /// The innermost scope ended: true when none is open any more, the time to give back
+    /// what the scopes held back.
+    #[inline]
+    pub fn exit(&mut self) -> bool {
+        self.0 = self.0.saturating_sub(1);
+        self.0 == 0
+    }
+
+    /// Whether a scope is open.
+    #[inline]
+    pub fn is_active(self) -> bool {
+        self.0 > 0
+    }
+
+    /// A new [`GRANULE`]-aligned chunk of `size` bytes from `up`. When the upstream is out of
+    /// memory and no scope is open, `policy` first gives back what is empty (`trim(up, 0)`),
+    /// and the chunk is asked for once more.
+    ///
+    /// # Errors
+    ///
+    /// The upstream's, or the trim's.
+    pub fn alloc_chunk_or_trim<P: Policy, U: Upstream>(
+        self,
+        policy: &mut P,
+        up: &mut U,
+        size: u64,
+    ) -> Result<Chunk, Error> {
+        match up.alloc_chunk(size, GRANULE) {
+            Err(Error::OutOfMemory) if !self.is_active() => {
+                policy.trim(up, 0)?;
+                up.alloc_chunk(size, GRANULE)
+            }
+            other => other,
+        }
+    }
+}
+
 /// `value` rounded up to a multiple of `to` (a power of two); `None` on overflow.
 #[inline]
 pub fn checked_round_up(value: u64, to: u64) -> Option<u64> {

@@ -25,8 +25,8 @@ extern crate std;
 use alloc::vec::Vec;
 
 use emm_plugin_sdk::{
-    checked_round_up, export_plugin, Answer, Config, Error, Policy, Request, Stats, Upstream,
-    GRANULE,
+    checked_round_up, export_plugin, Answer, Config, Deferral, Error, Policy, Request, Stats,
+    Upstream, GRANULE,
 };
 
 /// Default slab size.
@@ -68,7 +68,7 @@ pub struct Slab {
     partial: Vec<Vec<u32>>,
     held_bytes: u64,
     free_bytes: u64,
-    deferring: u32,
+    deferral: Deferral,
 }
 
 fn class_of(size: u64) -> Option<usize> {
@@ -95,7 +95,7 @@ impl Slab {
             partial: (0..CLASSES).map(|_| Vec::new()).collect(),
             held_bytes: 0,
             free_bytes: 0,
-            deferring: 0,
+            deferral: Deferral::default(),
         }
     }
 
@@ -114,14 +114,7 @@ impl Slab {
     }
 
     fn chunk<U: Upstream>(&mut self, up: &mut U, size: u64) -> Result<u32, Error> {
-        let chunk = match up.alloc_chunk(size, GRANULE) {
-            Ok(c) => c,
-            Err(Error::OutOfMemory) if self.deferring == 0 => {
-                self.trim(up, 0)?;
-                up.alloc_chunk(size, GRANULE)?
-            }
-            Err(e) => return Err(e),
-        };
+        let chunk = self.deferral.alloc_chunk_or_trim(self, up, size)?;
         self.held_bytes += size;
         Ok(chunk.handle)
     }
@@ -258,9 +251,9 @@ impl Policy for Slab {
         _size: u64,
         stream: u64,
     ) -> Result<(), Error> {
-        let deferring = self.deferring;
+        let deferring = self.deferral.is_active();
         match slot_of(&mut self.chunks, answer.chunk) {
-            Some(Use::Large { size }) if deferring > 0 => {
+            Some(Use::Large { size }) if deferring => {
                 let size = *size;
                 self.set(answer.chunk, Use::IdleLarge { size });
                 Ok(())
@@ -288,7 +281,7 @@ impl Policy for Slab {
                 if was_full {
                     self.partial[class].push(answer.chunk);
                 }
-                if now_empty && deferring == 0 && self.empty_slabs(Some(class)).len() > 1 {
+                if now_empty && !deferring && self.empty_slabs(Some(class)).len() > 1 {
                     let size = self.slab_size(class);
                     self.free_bytes -= size;
                     self.release(up, answer.chunk, size)?;
@@ -342,12 +335,11 @@ impl Policy for Slab {
     }
 
     fn defer_enter(&mut self) {
-        self.deferring += 1;
+        self.deferral.enter();
     }
 
     fn defer_exit<U: Upstream>(&mut self, up: &mut U) -> Result<(), Error> {
-        self.deferring = self.deferring.saturating_sub(1);
-        if self.deferring > 0 {
+        if !self.deferral.exit() {
             return Ok(());
         }
         // Return what the scope held back: large chunks, and all but one empty slab per class.
