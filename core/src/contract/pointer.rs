@@ -11,7 +11,7 @@ use std::ops::{Bound, RangeBounds};
 use std::sync::{Arc, Mutex};
 
 use crate::contract::error::{EmmError, EmmResult};
-use crate::contract::finalizer::Finalizer;
+use crate::contract::finalizer::{Dealloc, DeallocSink, Finalizer};
 use crate::driver::{ContextId, DevicePtr, HostPtr};
 
 /// The object that owns memory passed to `mempin` (Numba's `owner`, e.g. a host array). A
@@ -327,6 +327,63 @@ impl MemoryPointer {
     /// `Err(self)` when other owners are alive or this is a view.
     pub fn try_release(self) -> Result<Released, MemoryPointer> {
         self.span.try_release().map_err(MemoryPointer::from_span)
+    }
+
+    /// Takes the pointer apart for the `memfree_async` of the manager `owner`, whose
+    /// deallocations go to `sink`: `Some(item)` (a [`Dealloc::DeviceAsync`]) for stream-ordered
+    /// memory that manager allocated (the caller frees it on the new stream, and hands `item`
+    /// back to `sink` if that fails). Memory from `memalloc` is handed to its usual path (its
+    /// free synchronizes, so it is ordered after the stream's work) and gives `None`.
+    ///
+    /// # Errors
+    ///
+    /// [`EmmError::InvalidArgument`] for a view or a pointer with other owners (nothing is
+    /// freed), one without a finalizer, and one another manager allocated (its own finalizer
+    /// releases it).
+    pub(crate) fn release_async(
+        self,
+        sink: &Arc<dyn DeallocSink>,
+        owner: &str,
+    ) -> EmmResult<Option<Dealloc>> {
+        let released = self.try_release().map_err(|m| {
+            let (owners, offset) = (m.owner_count(), m.offset());
+            drop(m);
+            EmmError::invalid(
+                "memfree_async",
+                format!(
+                    "the pointer is a view (offset {offset}) or other owners are alive \
+                     ({owners} in all); free the whole allocation through its last owner (it \
+                     is freed as usual when the last owner is dropped)"
+                ),
+            )
+        })?;
+        let Some(finalizer) = released.finalizer else {
+            return Err(EmmError::invalid(
+                "memfree_async",
+                "the pointer has no finalizer, so no manager owns it; nothing was freed",
+            ));
+        };
+        if !finalizer.targets(sink) {
+            finalizer.run();
+            return Err(EmmError::invalid(
+                "memfree_async",
+                format!(
+                    "the pointer was not allocated by {owner}; it was released by its own \
+                     finalizer instead"
+                ),
+            ));
+        }
+        match finalizer.into_enqueued() {
+            Ok((_, item @ Dealloc::DeviceAsync { .. })) => Ok(Some(item)),
+            Ok((sink, item)) => {
+                sink.add(item);
+                Ok(None)
+            }
+            Err(user) => {
+                user.run();
+                Ok(None)
+            }
+        }
     }
 }
 

@@ -156,7 +156,7 @@ impl<D: Driver + ?Sized> MemoryManager for DefaultManager<D> {
 
     fn memfree_async(&self, memory: MemoryPointer, stream: StreamId) -> EmmResult<()> {
         let h = &self.base;
-        let Some(item) = h.release_async(memory, &h.sink)? else {
+        let Some(item) = memory.release_async(&h.sink, h.tag)? else {
             return Ok(());
         };
         let Dealloc::DeviceAsync { ptr, .. } = item else {

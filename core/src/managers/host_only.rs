@@ -304,7 +304,7 @@ impl<R: DeviceMemoryResource + 'static, D: Driver + ?Sized> MemoryManager
     }
 
     fn memfree_async(&self, memory: MemoryPointer, stream: StreamId) -> EmmResult<()> {
-        let Some(item) = self.base.release_async(memory, &self.device_sink)? else {
+        let Some(item) = memory.release_async(&self.device_sink, self.base.tag)? else {
             return Ok(());
         };
         let Dealloc::DeviceAsync { ptr, bytes, .. } = item else {

@@ -247,55 +247,6 @@ impl<D: Driver + ?Sized> ManagerBase<D> {
         get_ipc_handle_via_driver(&*self.driver, memory, source)
     }
 
-    /// Takes `memory` apart for `memfree_async`: `Some(item)` (a [`Dealloc::DeviceAsync`]) for
-    /// stream-ordered memory this manager allocated (the caller frees it on the new stream,
-    /// and hands `item` back to the sink if that fails). Memory from
-    /// `memalloc` is handed to its usual path (its free synchronizes, so it is ordered after
-    /// the stream's work) and gives `None`.
-    pub(crate) fn release_async(
-        &self,
-        memory: MemoryPointer,
-        sink: &Arc<dyn DeallocSink>,
-    ) -> EmmResult<Option<Dealloc>> {
-        let released = memory.try_release().map_err(|m| {
-            let (owners, offset) = (m.owner_count(), m.offset());
-            drop(m);
-            EmmError::invalid(
-                "memfree_async",
-                format!(
-                    "the pointer is a view (offset {offset}) or other owners are alive ({owners} in all); free the whole allocation through its last owner (it is freed as usual when the last owner is dropped)"
-                ),
-            )
-        })?;
-        let Some(finalizer) = released.finalizer else {
-            return Err(EmmError::invalid(
-                "memfree_async",
-                "the pointer has no finalizer, so no manager owns it; nothing was freed",
-            ));
-        };
-        if !finalizer.targets(sink) {
-            finalizer.run();
-            return Err(EmmError::invalid(
-                "memfree_async",
-                format!(
-                    "the pointer was not allocated by {}; it was released by its own finalizer instead",
-                    self.tag
-                ),
-            ));
-        }
-        match finalizer.into_enqueued() {
-            Ok((_, item @ Dealloc::DeviceAsync { .. })) => Ok(Some(item)),
-            Ok((sink, item)) => {
-                sink.add(item);
-                Ok(None)
-            }
-            Err(user) => {
-                user.run();
-                Ok(None)
-            }
-        }
-    }
-
     /// Flushes every pending deallocation, even under a guard.
     pub(crate) fn reset(&self) -> EmmResult<()> {
         self.pending.flush_all()

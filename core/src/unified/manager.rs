@@ -250,54 +250,18 @@ impl MemoryManager for UnifiedManager {
     }
 
     fn memfree_async(&self, memory: MemoryPointer, stream: StreamId) -> EmmResult<()> {
-        let released = memory.try_release().map_err(|m| {
-            let (owners, offset) = (m.owner_count(), m.offset());
-            drop(m);
-            EmmError::invalid(
-                "memfree_async",
-                format!(
-                    "the pointer is a view (offset {offset}) or other owners are alive \
-                     ({owners} in all); free the whole allocation through its last owner (it \
-                     is freed as usual when the last owner is dropped)"
-                ),
-            )
-        })?;
-        let Some(finalizer) = released.finalizer else {
-            return Err(EmmError::invalid(
-                "memfree_async",
-                "the pointer has no finalizer, so no manager owns it; nothing was freed",
-            ));
+        let Some(item) = memory.release_async(&self.sink, &self.name)? else {
+            return Ok(());
         };
-        if !finalizer.targets(&self.sink) {
-            finalizer.run();
-            return Err(EmmError::invalid(
-                "memfree_async",
-                format!(
-                    "the pointer was not allocated by {}; it was released by its own finalizer \
-                     instead",
-                    self.name
-                ),
-            ));
-        }
-        match finalizer.into_enqueued() {
-            Ok((sink, item @ Dealloc::DeviceAsync { ptr, bytes, .. })) => {
-                let n = usize::try_from(bytes).unwrap_or(usize::MAX);
-                self.alloc.free(ptr, n, stream).map_err(|e| {
-                    // Nothing is lost: it goes back on its own stream instead.
-                    sink.add(item);
-                    e.into()
-                })
-            }
-            // memalloc memory takes its usual path, as with every built-in manager.
-            Ok((sink, item)) => {
-                sink.add(item);
-                Ok(())
-            }
-            Err(user) => {
-                user.run();
-                Ok(())
-            }
-        }
+        let Dealloc::DeviceAsync { ptr, bytes, .. } = item else {
+            return Ok(());
+        };
+        let n = usize::try_from(bytes).unwrap_or(usize::MAX);
+        self.alloc.free(ptr, n, stream).map_err(|e| {
+            // Nothing is lost: it goes back on its own stream instead.
+            self.sink.add(item);
+            e.into()
+        })
     }
 }
 
