@@ -200,7 +200,20 @@ fn claim(found: &Mutex<BTreeMap<CheckId, Found>>, check: CheckId, index: usize) 
         .is_ok_and(|f| f.get(&check).is_none_or(|g| g.case > index))
 }
 
-fn keep(found: &Mutex<BTreeMap<CheckId, Found>>, f: Found) {
+/// Keeps the shortened failure `(ops, finding)` of case `case` unless an earlier case already
+/// failed the same check.
+fn keep(
+    found: &Mutex<BTreeMap<CheckId, Found>>,
+    case: usize,
+    machine_seed: u64,
+    (ops, finding): (Vec<Op>, Finding),
+) {
+    let f = Found {
+        case,
+        machine_seed,
+        ops,
+        finding,
+    };
     if let Ok(mut map) = found.lock() {
         let better = map.get(&f.finding.check).is_none_or(|g| g.case > f.case);
         if better {
@@ -223,23 +236,9 @@ fn run_fixed(
         return Ok(coverage);
     };
     if claim(found, finding.check, index) {
-        let (ops, finding) = remove_steps(
-            factory,
-            backend,
-            machine_seed,
-            ops.to_vec(),
-            finding,
-            config.shrink_runs,
-        );
-        keep(
-            found,
-            Found {
-                case: index,
-                machine_seed,
-                ops,
-                finding,
-            },
-        );
+        let (ops, runs) = (ops.to_vec(), config.shrink_runs);
+        let shortened = remove_steps(factory, backend, machine_seed, ops, finding, runs);
+        keep(found, index, machine_seed, shortened);
     }
     Ok(coverage)
 }
@@ -289,16 +288,8 @@ fn run_random(
         }
     }
     let left = config.shrink_runs.saturating_sub(runs);
-    let (ops, finding) = remove_steps(factory, backend, machine_seed, best, finding, left);
-    keep(
-        found,
-        Found {
-            case: index,
-            machine_seed,
-            ops,
-            finding,
-        },
-    );
+    let shortened = remove_steps(factory, backend, machine_seed, best, finding, left);
+    keep(found, index, machine_seed, shortened);
     Ok(coverage)
 }
 
