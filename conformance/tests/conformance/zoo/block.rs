@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use emm_core::attribution::CallerScope;
 use emm_core::mr::{DeviceMemoryResource, MrError, MrResult};
-use emm_core::{DevicePtr, Driver, MemInfo, StreamId};
+use emm_core::{DevicePtr, Driver, DriverResult, MemInfo, StreamId};
 
 /// Bytes of the chunk small blocks come from.
 pub const CHUNK: u64 = 64 << 20;
@@ -104,6 +104,20 @@ impl BlockResource {
             available: Some(available),
         }
     }
+
+    /// Records the driver allocation `got` for `bytes` (`size` rounded) as a large one; the
+    /// driver's out of memory is the resource's.
+    fn large(&self, bytes: usize, size: u64, got: DriverResult<DevicePtr>) -> MrResult<DevicePtr> {
+        let p = got.map_err(|e| {
+            if e.is_out_of_memory() {
+                self.oom(bytes, 0)
+            } else {
+                e.into()
+            }
+        })?;
+        self.lock().large.insert(p.0, size);
+        Ok(p)
+    }
 }
 
 impl DeviceMemoryResource for BlockResource {
@@ -118,23 +132,14 @@ impl DeviceMemoryResource for BlockResource {
         let _s = CallerScope::enter(TAG);
         let size = (bytes as u64).div_ceil(256).saturating_mul(256);
         if size > LARGE {
-            let first = self.driver.mem_alloc(bytes);
-            let p = match first {
+            let got = match self.driver.mem_alloc(bytes) {
                 Err(e) if e.is_out_of_memory() => {
                     self.release_empty()?;
                     self.driver.mem_alloc(bytes)
                 }
                 other => other,
-            }
-            .map_err(|e| {
-                if e.is_out_of_memory() {
-                    self.oom(bytes, 0)
-                } else {
-                    e.into()
-                }
-            })?;
-            self.lock().large.insert(p.0, size);
-            return Ok(p);
+            };
+            return self.large(bytes, size, got);
         }
         let mut st = self.lock();
         let same = st
@@ -159,15 +164,7 @@ impl DeviceMemoryResource for BlockResource {
             // The chunk is full: ask the driver, as for a large request (refusing without
             // asking would be a dishonest out of memory).
             drop(st);
-            let p = self.driver.mem_alloc(bytes).map_err(|e| {
-                if e.is_out_of_memory() {
-                    self.oom(bytes, 0)
-                } else {
-                    e.into()
-                }
-            })?;
-            self.lock().large.insert(p.0, size);
-            return Ok(p);
+            return self.large(bytes, size, self.driver.mem_alloc(bytes));
         }
         let p = base.offset(st.bump);
         st.bump += if self.flaw == Flaw::HalfStride {
