@@ -184,6 +184,11 @@ impl Report {
         self
     }
 
+    /// The result of check `id`, when the report has it.
+    pub fn result(&self, id: CheckId) -> Option<&CheckResult> {
+        self.checks.iter().find(|c| c.name == id.name())
+    }
+
     /// Checks that failed.
     pub fn failed(&self) -> impl Iterator<Item = &CheckResult> {
         self.checks.iter().filter(|c| c.failure.is_some())

@@ -16,9 +16,7 @@ fn config() -> Config {
 fn a_policy_that_ignores_alignments_above_256_fails_memalloc_aligned() {
     let report = check(&WasmBug::IgnoresLargeAlignments.factory(), &config());
     let aligned = report
-        .checks
-        .iter()
-        .find(|c| c.name == CheckId::MemallocAligned.name())
+        .result(CheckId::MemallocAligned)
         .unwrap_or_else(|| panic!("no memalloc_aligned in the report"));
     let f = aligned
         .failure

@@ -9,9 +9,7 @@ use zoo::wasm::WasmBug;
 
 fn result(report: &Report, id: CheckId) -> &emm_conformance::report::CheckResult {
     report
-        .checks
-        .iter()
-        .find(|c| c.name == id.name())
+        .result(id)
         .unwrap_or_else(|| panic!("no {id} in the report"))
 }
 

@@ -22,9 +22,7 @@ fn config() -> Config {
 
 fn honest(report: &emm_conformance::Report) -> &emm_conformance::report::CheckResult {
     report
-        .checks
-        .iter()
-        .find(|c| c.name == CheckId::OutOfMemoryIsHonest.name())
+        .result(CheckId::OutOfMemoryIsHonest)
         .unwrap_or_else(|| panic!("no out_of_memory_is_honest in the report"))
 }
 

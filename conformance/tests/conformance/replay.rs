@@ -22,9 +22,7 @@ fn a_regression_file_replays_to_the_same_verdict_and_passes_once_fixed() {
     let config = Config::new(99).depth(16, 24).regressions(&dir);
     let report = check(&ZooFactory(Bug::WrongIpcOffset), &config);
     let failed = report
-        .checks
-        .iter()
-        .find(|c| c.name == CheckId::IpcHandleAddressesSameBytes.name())
+        .result(CheckId::IpcHandleAddressesSameBytes)
         .and_then(|c| c.failure.clone())
         .expect("the wrong offset is caught");
     let file = PathBuf::from(failed.regression.as_deref().expect("written to a file"));

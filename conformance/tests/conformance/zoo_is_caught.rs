@@ -55,11 +55,7 @@ fn every_broken_wasm_policy_is_caught_at_the_default_depth_by_the_check_named_fo
         let report = check(&bug.factory(), &default_config());
         let want = named_wasm_check(bug);
         println!("---- {bug:?}\n{}", report.to_table(false));
-        let got = report
-            .checks
-            .iter()
-            .find(|c| c.name == want.name())
-            .unwrap();
+        let got = report.result(want).unwrap();
         if got.failure.is_none() {
             missed.push(format!("{bug:?} was not caught by {want}"));
         }
@@ -81,11 +77,7 @@ fn a_host_breach_is_filed_under_its_own_check_and_nowhere_else() {
 fn the_sandboxed_control_passes_and_says_what_it_could_not_exercise() {
     let report = check(&WasmBug::None.factory(), &default_config());
     assert!(report.passed, "{}", report.to_table(false));
-    let stream = report
-        .checks
-        .iter()
-        .find(|c| c.name == CheckId::StreamOrderedReuse.name())
-        .unwrap();
+    let stream = report.result(CheckId::StreamOrderedReuse).unwrap();
     assert!(
         stream.skipped && !stream.passed,
         "a policy the suite cannot drive on several streams is not certified for stream order: {stream:?}"
@@ -111,11 +103,7 @@ fn every_broken_plugin_is_caught_by_the_check_named_for_its_bug() {
         let report = check(&ZooFactory(bug), &config());
         let want = named_check(bug);
         println!("---- {bug:?}\n{}", report.to_table(false));
-        let got = report
-            .checks
-            .iter()
-            .find(|c| c.name == want.name())
-            .unwrap();
+        let got = report.result(want).unwrap();
         match &got.failure {
             Some(f) => {
                 assert!(!f.ops.is_empty() || f.step == 0, "{bug:?}: {f:?}");

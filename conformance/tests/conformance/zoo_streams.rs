@@ -9,11 +9,7 @@ use emm_conformance::{check, CheckId, Config, Report};
 use zoo::wasm::StreamSteal;
 
 fn stream_check(report: &Report) -> &emm_conformance::report::CheckResult {
-    report
-        .checks
-        .iter()
-        .find(|c| c.name == CheckId::StreamOrderedReuse.name())
-        .unwrap()
+    report.result(CheckId::StreamOrderedReuse).unwrap()
 }
 
 fn assert_caught(steal: StreamSteal, seed: u64) {
