@@ -27,6 +27,11 @@ use emm_sandbox::{PluginLimits, PluginModule, PluginResource};
 use emm_sim::{SimConfig, SimDriver, GIB};
 use first_fit::FirstFit;
 
+// The tests' helpers: the built plugins are found the same way.
+#[path = "../tests/sandbox/common/mod.rs"]
+mod common;
+use common::plugin_path;
+
 const S: StreamId = StreamId::DEFAULT;
 
 /// A guest that does next to nothing: a bump pointer over one 1 GiB chunk, back to 0 when it
@@ -136,20 +141,6 @@ impl DeviceMemoryResource for NativeResource {
     fn driver(&self) -> &dyn Driver {
         &*self.driver
     }
-}
-
-fn plugin_path(name: &str) -> PathBuf {
-    let dir = std::env::var_os("EMM_PLUGIN_DIR").map_or_else(
-        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/wasm"),
-        PathBuf::from,
-    );
-    let path = dir.join(format!("{name}.wasm"));
-    assert!(
-        path.is_file(),
-        "{} is missing: run `cargo xtask wasm` first",
-        path.display()
-    );
-    path
 }
 
 fn gpu() -> Arc<SimDriver> {
