@@ -30,7 +30,7 @@ use first_fit::FirstFit;
 // The tests' helpers: the built plugins are found the same way.
 #[path = "../tests/sandbox/common/mod.rs"]
 mod common;
-use common::plugin_path;
+use common::{plugin_path, upstream};
 
 const S: StreamId = StreamId::DEFAULT;
 
@@ -151,10 +151,6 @@ fn gpu() -> Arc<SimDriver> {
     Arc::new(SimDriver::new(config).expect("sim"))
 }
 
-fn cuda(g: &Arc<SimDriver>) -> Arc<dyn DeviceMemoryResource> {
-    Arc::new(CudaResource::<SimDriver>::new(Arc::clone(g)))
-}
-
 /// One pass of `w` through `r`.
 fn pass(r: &dyn DeviceMemoryResource, w: &Workload) -> Duration {
     let start = Instant::now();
@@ -185,7 +181,7 @@ fn median(mut v: Vec<Duration>) -> Duration {
 fn sandboxed(g: &Arc<SimDriver>, limits: PluginLimits) -> PluginResource {
     let module =
         PluginModule::from_file(&plugin_path("first_fit"), limits, Vec::new()).expect("load");
-    PluginResource::new(Arc::new(module), cuda(g))
+    PluginResource::new(Arc::new(module), upstream(g))
 }
 
 fn main() {
@@ -221,7 +217,7 @@ fn main() {
                 inner: Mutex::new((
                     FirstFit::new(first_fit::DEFAULT_CHUNK_BYTES),
                     NativeUpstream {
-                        upstream: cuda(&g),
+                        upstream: upstream(&g),
                         chunks: Vec::new(),
                         by_base: BTreeMap::new(),
                     },
@@ -276,7 +272,7 @@ fn main() {
     let start = median(
         (0..50)
             .map(|_| {
-                let r = PluginResource::new(Arc::clone(&module), cuda(&g));
+                let r = PluginResource::new(Arc::clone(&module), upstream(&g));
                 let t = Instant::now();
                 r.start().expect("start");
                 t.elapsed()
@@ -308,7 +304,7 @@ fn main() {
         Vec::new(),
     )
     .expect("wat");
-    let r = PluginResource::new(Arc::new(module), cuda(&g));
+    let r = PluginResource::new(Arc::new(module), upstream(&g));
     // Each instance serves one call and traps on its second; each trap restarts it.
     let mut prev = r.allocate(256, S).expect("first call");
     let recover = median(
@@ -334,7 +330,7 @@ fn main() {
     // so what is left is the lock, the call into wasm and the checks of every answer and free.
     let floor = PluginModule::from_wat("bump", BUMP_WAT, PluginLimits::default(), Vec::new())
         .expect("bump");
-    let r = PluginResource::new(Arc::new(floor), cuda(&g));
+    let r = PluginResource::new(Arc::new(floor), upstream(&g));
     let pairs = 200_000u32;
     let floor = median(
         (0..5)
