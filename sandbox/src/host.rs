@@ -129,6 +129,16 @@ impl HostState {
         wasmtime::Error::msg(text)
     }
 
+    /// An `upstream_alloc` one of the plugin's limits refuses: counted, and logged with `why`
+    /// when it is the first refusal by that limit in this call.
+    fn refuse_over_limit(&mut self, first_in_call: bool, why: impl FnOnce() -> String) -> i32 {
+        self.limit_refusals = self.limit_refusals.saturating_add(1);
+        if first_in_call {
+            self.push_log(HOST_LINE_LEVEL, why());
+        }
+        STATUS_OUT_OF_MEMORY
+    }
+
     fn upstream_alloc(&mut self, size: i64, align: i64) -> wasmtime::Result<i32> {
         let (Ok(size), Ok(align)) = (u64::try_from(size), u64::try_from(align)) else {
             return Ok(STATUS_INVALID);
@@ -147,34 +157,24 @@ impl HostState {
             .max_held_bytes
             .filter(|&max| held_bytes.saturating_add(size) > max)
         {
-            self.limit_refusals = self.limit_refusals.saturating_add(1);
-            if !self.call.held_cap_noted {
-                self.call.held_cap_noted = true;
-                self.push_log(
-                    HOST_LINE_LEVEL,
-                    format!(
-                        "emm: upstream_alloc({size}) answered out of memory: the plugin holds \
-                         {held_bytes} bytes of chunks, and {max} is the most \
-                         PluginLimits::max_held_bytes allows"
-                    ),
-                );
-            }
-            return Ok(STATUS_OUT_OF_MEMORY);
+            let first = !std::mem::replace(&mut self.call.held_cap_noted, true);
+            return Ok(self.refuse_over_limit(first, || {
+                format!(
+                    "emm: upstream_alloc({size}) answered out of memory: the plugin holds \
+                     {held_bytes} bytes of chunks, and {max} is the most \
+                     PluginLimits::max_held_bytes allows"
+                )
+            }));
         }
         let held = self.registry.held_chunks();
         if held >= self.max_chunks {
-            self.limit_refusals = self.limit_refusals.saturating_add(1);
-            if !self.call.chunk_cap_noted {
-                self.call.chunk_cap_noted = true;
-                self.push_log(
-                    HOST_LINE_LEVEL,
-                    format!(
-                        "emm: upstream_alloc({size}) answered out of memory: the plugin holds \
-                         {held} chunks, the most PluginLimits::max_chunks allows"
-                    ),
-                );
-            }
-            return Ok(STATUS_OUT_OF_MEMORY);
+            let first = !std::mem::replace(&mut self.call.chunk_cap_noted, true);
+            return Ok(self.refuse_over_limit(first, || {
+                format!(
+                    "emm: upstream_alloc({size}) answered out of memory: the plugin holds \
+                     {held} chunks, the most PluginLimits::max_chunks allows"
+                )
+            }));
         }
         let _scope = CallerScope::enter(PLUGIN_CALLER);
         match self
