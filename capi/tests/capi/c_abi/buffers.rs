@@ -10,7 +10,7 @@ fn device_buffers_round_trip_and_share_the_manager() {
     // SAFETY (every call): `data` readable, out-pointers writable, handles from emm.
     unsafe {
         let s = emm_device_buffer_new(data.as_ptr().cast(), data.len(), 1, null_mut(), &mut h);
-        assert_eq!(s, EmmStatus::Ok, "{}", message());
+        succeeds(s);
         let (mut size, mut ptr) = (0, null_mut());
         assert_eq!(
             emm_device_buffer_info(h, &mut size, &mut ptr),
@@ -22,21 +22,16 @@ fn device_buffers_round_trip_and_share_the_manager() {
         assert_eq!(stats()["device_buffers"], 1);
         let mut back = vec![0u8; 3000];
         let s = emm_device_buffer_copy_to_host(h, 0, back.as_mut_ptr().cast(), 3000, null_mut());
-        assert_eq!(s, EmmStatus::Ok, "{}", message());
+        succeeds(s);
         assert_eq!(back, data);
-        assert_eq!(
-            emm_device_buffer_resize(h, 5000, null_mut()),
-            EmmStatus::Ok,
-            "{}",
-            message()
-        );
+        succeeds(emm_device_buffer_resize(h, 5000, null_mut()));
         assert_eq!(
             emm_device_buffer_copy_from_host(h, 4000, data.as_ptr().cast(), 1000),
             EmmStatus::Ok
         );
         let mut tail = vec![0u8; 1000];
         let s = emm_device_buffer_copy_to_host(h, 4000, tail.as_mut_ptr().cast(), 1000, null_mut());
-        assert_eq!(s, EmmStatus::Ok, "{}", message());
+        succeeds(s);
         assert_eq!(tail, data[..1000]);
         let mut head = vec![0u8; 3000];
         assert_eq!(
@@ -54,7 +49,7 @@ fn device_buffers_round_trip_and_share_the_manager() {
             EmmStatus::InvalidArgument,
             "dst is NULL",
         );
-        assert_eq!(emm_device_buffer_free(h), EmmStatus::Ok, "{}", message());
+        succeeds(emm_device_buffer_free(h));
         fails(
             emm_device_buffer_free(h),
             EmmStatus::InvalidArgument,
@@ -69,12 +64,7 @@ fn device_buffers_round_trip_and_share_the_manager() {
 
         // Size 0 is an empty buffer.
         let mut e = 0;
-        assert_eq!(
-            emm_device_buffer_new(null(), 0, 0, null_mut(), &mut e),
-            EmmStatus::Ok,
-            "{}",
-            message()
-        );
+        succeeds(emm_device_buffer_new(null(), 0, 0, null_mut(), &mut e));
         assert_eq!(
             emm_device_buffer_info(e, &mut size, &mut ptr),
             EmmStatus::Ok

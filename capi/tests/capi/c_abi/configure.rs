@@ -9,43 +9,25 @@ fn configure_and_reinitialize_keep_live_memory_valid() {
     let old = alloc(1 << 16, 0, null_mut());
     // SAFETY: NUL-terminated literals.
     unsafe {
-        assert_eq!(
-            emm_configure(c"arena".as_ptr()),
-            EmmStatus::Ok,
-            "{}",
-            message()
-        );
+        succeeds(emm_configure(c"arena".as_ptr()));
         assert_eq!(stats()["manager"], "arena");
         let a = alloc(4096, 0, null_mut());
         free(a, null_mut());
         let opts = cr#"{"pool_allocator": true, "initial_pool_size": 1048576, "statistics": true}"#;
-        assert_eq!(
-            emm_reinitialize(opts.as_ptr()),
-            EmmStatus::Ok,
-            "{}",
-            message()
-        );
-        assert!(stats()["manager"]
-            .as_str()
-            .unwrap_or("")
-            .starts_with("reinitialize("));
+        succeeds(emm_reinitialize(opts.as_ptr()));
+        assert!(manager_name().starts_with("reinitialize("));
         let b = alloc(4096, 1, null_mut());
         free(b, null_mut());
-        assert_eq!(emm_reinitialize(null()), EmmStatus::Ok, "{}", message());
+        succeeds(emm_reinitialize(null()));
         let opts = cr#"{"devices": [0]}"#;
-        assert_eq!(
-            emm_reinitialize(opts.as_ptr()),
-            EmmStatus::Ok,
-            "{}",
-            message()
-        );
+        succeeds(emm_reinitialize(opts.as_ptr()));
         let mut p = null_mut();
         fails(
             emm_alloc(64, 1, null_mut(), &mut p),
             EmmStatus::InvalidArgument,
             "was not set up by emm_reinitialize",
         );
-        assert_eq!(emm_configure(null()), EmmStatus::Ok, "{}", message());
+        succeeds(emm_configure(null()));
         assert_eq!(stats()["manager"], "pool");
     }
     // Memory from the first manager goes back to it.
@@ -67,16 +49,8 @@ fn a_wasm_plugin_serves_the_c_abi() {
     );
     let spec = CString::new(path.to_string_lossy().into_owned()).expect("no NUL in the path");
     // SAFETY: a NUL-terminated string.
-    assert_eq!(
-        unsafe { emm_configure(spec.as_ptr()) },
-        EmmStatus::Ok,
-        "{}",
-        message()
-    );
-    assert!(stats()["manager"]
-        .as_str()
-        .unwrap_or("")
-        .ends_with("first_fit.wasm"));
+    succeeds(unsafe { emm_configure(spec.as_ptr()) });
+    assert!(manager_name().ends_with("first_fit.wasm"));
     let ptrs: Vec<_> = (1..=8).map(|i| alloc(i * 1000, 0, null_mut())).collect();
     assert_eq!(stats()["devices"][0]["current_allocations"], 8);
     for p in ptrs {
@@ -157,12 +131,7 @@ fn a_log_on_a_full_disk_is_reported_by_status_and_statistics() {
     assert_eq!(stats()["devices"][0]["log"], serde_json::Value::Null);
     let opts = cr#"{"pool_allocator": true, "devices": [0], "log_file_name": "/dev/full"}"#;
     // SAFETY: a NUL-terminated literal.
-    assert_eq!(
-        unsafe { emm_reinitialize(opts.as_ptr()) },
-        EmmStatus::Ok,
-        "{}",
-        message()
-    );
+    succeeds(unsafe { emm_reinitialize(opts.as_ptr()) });
     assert_eq!(emm_log_check(-1), EmmStatus::Ok, "nothing logged yet");
     let ptrs: Vec<_> = (0..3).map(|_| alloc(4096, 0, null_mut())).collect();
     for p in ptrs {

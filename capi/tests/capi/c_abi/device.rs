@@ -38,7 +38,7 @@ fn device_memory_on_streams_and_devices_with_statistics() {
     let (mut free_b, mut total_b) = (0, 0);
     // SAFETY: both writable.
     let s = unsafe { emm_memory_info(1, &mut free_b, &mut total_b) };
-    assert_eq!(s, EmmStatus::Ok, "{}", message());
+    succeeds(s);
     assert_eq!(total_b, GIB);
     assert!(free_b <= total_b);
 
@@ -49,15 +49,10 @@ fn device_memory_on_streams_and_devices_with_statistics() {
         EmmStatus::Ok
     );
     assert_eq!(emm_defer_cleanup_end(token), EmmStatus::Ok);
-    assert_eq!(emm_reset(0), EmmStatus::Ok, "{}", message());
-    assert_eq!(emm_reset(-1), EmmStatus::Ok, "{}", message());
-    assert_eq!(
-        emm_stream_synchronize(1, s1),
-        EmmStatus::Ok,
-        "{}",
-        message()
-    );
-    assert_eq!(emm_stream_destroy(1, s1), EmmStatus::Ok, "{}", message());
+    succeeds(emm_reset(0));
+    succeeds(emm_reset(-1));
+    succeeds(emm_stream_synchronize(1, s1));
+    succeeds(emm_stream_destroy(1, s1));
 }
 
 #[test]

@@ -9,7 +9,7 @@ fn host_managed_and_ipc_memory() {
     // SAFETY (every call): out-pointers writable, pointers from emm.
     unsafe {
         let s = emm_host_alloc(4096, 0, EMM_HOST_MAPPED | EMM_HOST_PORTABLE, &mut h, &mut d);
-        assert_eq!(s, EmmStatus::Ok, "{}", message());
+        succeeds(s);
         assert!(!h.is_null() && !d.is_null());
         assert_eq!(stats()["host_allocations"], 1);
         free(h, null_mut());
@@ -21,30 +21,10 @@ fn host_managed_and_ipc_memory() {
         );
 
         let mut m = null_mut();
-        assert_eq!(
-            emm_managed_alloc(1 << 20, 0, 1, &mut m),
-            EmmStatus::Ok,
-            "{}",
-            message()
-        );
-        assert_eq!(
-            emm_managed_advise(m, 1 << 20, 1, 0),
-            EmmStatus::Ok,
-            "{}",
-            message()
-        );
-        assert_eq!(
-            emm_managed_prefetch(m, 1 << 20, 0, null_mut()),
-            EmmStatus::Ok,
-            "{}",
-            message()
-        );
-        assert_eq!(
-            emm_managed_prefetch(m, 4096, EMM_LOCATION_HOST, null_mut()),
-            EmmStatus::Ok,
-            "{}",
-            message()
-        );
+        succeeds(emm_managed_alloc(1 << 20, 0, 1, &mut m));
+        succeeds(emm_managed_advise(m, 1 << 20, 1, 0));
+        succeeds(emm_managed_prefetch(m, 1 << 20, 0, null_mut()));
+        succeeds(emm_managed_prefetch(m, 4096, EMM_LOCATION_HOST, null_mut()));
         fails(
             emm_managed_prefetch(m, 2 << 20, 0, null_mut()),
             EmmStatus::InvalidArgument,
@@ -67,11 +47,11 @@ fn host_managed_and_ipc_memory() {
         let mut handle = [0u8; EMM_IPC_HANDLE_SIZE];
         let (mut off_a, mut off_b) = (usize::MAX, usize::MAX);
         let s = emm_ipc_get_handle(a, 0, handle.as_mut_ptr(), &mut off_a);
-        assert_eq!(s, EmmStatus::Ok, "{}", message());
+        succeeds(s);
         assert!(handle.iter().any(|&b| b != 0));
         let inner = a.cast::<u8>().add(1024).cast::<c_void>();
         let s = emm_ipc_get_handle(inner, 512, handle.as_mut_ptr(), &mut off_b);
-        assert_eq!(s, EmmStatus::Ok, "{}", message());
+        succeeds(s);
         assert_eq!(off_b, off_a + 1024);
         fails(
             emm_ipc_get_handle(inner, 1 << 20, handle.as_mut_ptr(), &mut off_b),
@@ -81,12 +61,7 @@ fn host_managed_and_ipc_memory() {
         free(a, null_mut());
 
         // The async manager's memory cannot be exported: Unsupported, told apart.
-        assert_eq!(
-            emm_configure(c"async".as_ptr()),
-            EmmStatus::Ok,
-            "{}",
-            message()
-        );
+        succeeds(emm_configure(c"async".as_ptr()));
         let b = alloc(4096, 0, null_mut());
         fails(
             emm_ipc_get_handle(b, 0, handle.as_mut_ptr(), &mut off_a),
@@ -109,7 +84,7 @@ fn host_memory_on_the_simulator_is_real_and_pins_the_callers_memory() {
         for flags in [0, EMM_HOST_MAPPED | EMM_HOST_PORTABLE] {
             let (mut h, mut d) = (null_mut(), null_mut());
             let s = emm_host_alloc(1 << 20, 0, flags, &mut h, &mut d);
-            assert_eq!(s, EmmStatus::Ok, "{}", message());
+            succeeds(s);
             assert_eq!(h as usize % 4096, 0, "page-aligned");
             let bytes = std::slice::from_raw_parts_mut(h.cast::<u8>(), 1 << 20);
             assert!(bytes.iter().all(|&b| b == 0), "zeroed");
@@ -124,12 +99,7 @@ fn host_memory_on_the_simulator_is_real_and_pins_the_callers_memory() {
         let mut mine = vec![7u8; 3 << 20];
         let p = mine.as_mut_ptr().cast::<c_void>();
         let mut d = null_mut();
-        assert_eq!(
-            emm_host_pin(p, mine.len(), 0, 1, &mut d),
-            EmmStatus::Ok,
-            "{}",
-            message()
-        );
+        succeeds(emm_host_pin(p, mine.len(), 0, 1, &mut d));
         assert!(!d.is_null(), "a mapped pin has a device address");
         fails(
             emm_host_pin(p.byte_add(4096), 4096, 0, 0, null_mut()),
@@ -142,19 +112,9 @@ fn host_memory_on_the_simulator_is_real_and_pins_the_callers_memory() {
         assert_eq!((mine[0], mine[12345], mine[(3 << 20) - 1]), (7, 9, 7));
         // Pinned again once unpinned, in two halves.
         let half = mine.len() / 2;
-        assert_eq!(
-            emm_host_pin(p, half, 1, 0, null_mut()),
-            EmmStatus::Ok,
-            "{}",
-            message()
-        );
+        succeeds(emm_host_pin(p, half, 1, 0, null_mut()));
         let q = p.byte_add(half);
-        assert_eq!(
-            emm_host_pin(q, half, 1, 0, null_mut()),
-            EmmStatus::Ok,
-            "{}",
-            message()
-        );
+        succeeds(emm_host_pin(q, half, 1, 0, null_mut()));
         assert_eq!(stats()["host_allocations"], 2);
         free(q, null_mut());
         free(p, null_mut());

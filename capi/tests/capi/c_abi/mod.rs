@@ -24,12 +24,7 @@ fn setup() -> MutexGuard<'static, ()> {
     });
     let guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     // SAFETY: a NUL-terminated literal.
-    assert_eq!(
-        unsafe { emm_configure(c"pool".as_ptr()) },
-        EmmStatus::Ok,
-        "{}",
-        message()
-    );
+    succeeds(unsafe { emm_configure(c"pool".as_ptr()) });
     guard
 }
 
@@ -38,6 +33,17 @@ fn message() -> String {
     unsafe { CStr::from_ptr(emm_last_error_message()) }
         .to_string_lossy()
         .into_owned()
+}
+
+/// Asserts `status` is [`EmmStatus::Ok`], with the last error's message when it is not.
+#[track_caller]
+fn succeeds(status: EmmStatus) {
+    assert_eq!(status, EmmStatus::Ok, "{}", message());
+}
+
+/// The name of the manager in use, as the statistics give it.
+fn manager_name() -> String {
+    stats()["manager"].as_str().unwrap_or("").to_owned()
 }
 
 /// Asserts `status` is `expected` and that the last error says so with `words` in it.
@@ -53,19 +59,14 @@ fn alloc(size: usize, device: i32, stream: cudaStream_t) -> *mut c_void {
     let mut p = null_mut();
     // SAFETY: `p` is writable; the stream is NULL or made by emm_stream_create.
     let s = unsafe { emm_alloc(size, device, stream, &mut p) };
-    assert_eq!(s, EmmStatus::Ok, "{}", message());
+    succeeds(s);
     assert!(!p.is_null());
     p
 }
 
 fn free(p: *mut c_void, stream: cudaStream_t) {
     // SAFETY: the stream is NULL or made by emm_stream_create.
-    assert_eq!(
-        unsafe { emm_free(p, stream) },
-        EmmStatus::Ok,
-        "{}",
-        message()
-    );
+    succeeds(unsafe { emm_free(p, stream) });
 }
 
 fn stats() -> serde_json::Value {
@@ -81,12 +82,7 @@ fn stats() -> serde_json::Value {
 fn stream(device: i32) -> cudaStream_t {
     let mut s = null_mut();
     // SAFETY: `s` is writable.
-    assert_eq!(
-        unsafe { emm_stream_create(device, &mut s) },
-        EmmStatus::Ok,
-        "{}",
-        message()
-    );
+    succeeds(unsafe { emm_stream_create(device, &mut s) });
     s
 }
 
