@@ -1,6 +1,6 @@
 //! Regression tests for the simulator bugs the fuzzers (`fuzz/`) found.
 
-use emm_core::{CudaCode, DeviceId, DevicePtr, Driver, HostAllocFlags};
+use emm_core::{CudaCode, DeviceId, DevicePtr, Driver};
 use emm_sim::{SimConfig, SimDriver, GIB, MIB};
 
 fn gpu() -> SimDriver {
@@ -30,15 +30,7 @@ fn absurd_lengths_are_out_of_bounds_not_wrapped() {
         .unwrap_err();
     assert!(e.detail.contains("past the end"), "{e}");
     // A pinned, mapped buffer: the same through the host-mapping check.
-    let h = g
-        .host_alloc(
-            4096,
-            HostAllocFlags {
-                mapped: true,
-                ..HostAllocFlags::default()
-            },
-        )
-        .unwrap();
+    let h = crate::mapped_host(&g, 4096);
     assert_eq!(
         code(g.memset_d8(DevicePtr(h.0), 1, huge, None)),
         CudaCode::INVALID_VALUE

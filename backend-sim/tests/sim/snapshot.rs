@@ -1,7 +1,7 @@
 //! A snapshot of a short trace: what the simulator logs for each call.
 
 use emm_core::attribution::CallerScope;
-use emm_core::{Driver, HostAllocFlags, StreamId};
+use emm_core::{Driver, StreamId};
 use emm_sim::{SimConfig, SimDriver, GIB};
 
 #[test]
@@ -18,15 +18,7 @@ fn short_trace() {
     g.stream_wait_event(StreamId::DEFAULT, e).unwrap();
     let b = g.mem_alloc_async(4096, StreamId::DEFAULT).unwrap();
     g.mem_free_async(b, StreamId::DEFAULT).unwrap();
-    let h = g
-        .host_alloc(
-            4096,
-            HostAllocFlags {
-                mapped: true,
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    let h = crate::mapped_host(&g, 4096);
     let _ = g.mem_free(a.offset(8));
     g.mem_free(a).unwrap();
     g.host_free(h).unwrap();

@@ -5,15 +5,7 @@ use super::*;
 #[test]
 fn mapped_host_memory_has_a_device_pointer_and_unmapped_does_not() {
     let g = gpu();
-    let mapped = g
-        .host_alloc(
-            4096,
-            HostAllocFlags {
-                mapped: true,
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    let mapped = crate::mapped_host(&g, 4096);
     let d = g.host_device_pointer(mapped).unwrap();
     g.host_write(mapped, b"abc").unwrap();
     let mut back = [0; 3];
