@@ -273,95 +273,76 @@ macro_rules! forward_manager_calls {
         $($crate::forward_manager_calls!(@one $inner $method);)+
     };
     (@one $inner:tt initialize) => {
-        fn initialize(&self) -> $crate::contract::EmmResult<()> {
-            self.$inner.initialize()
-        }
+        $crate::forward_manager_calls!(@pass $inner initialize()
+            -> $crate::contract::EmmResult<()>);
     };
     (@one $inner:tt memalloc) => {
-        fn memalloc(&self, size: usize) -> $crate::contract::EmmResult<$crate::contract::MemoryPointer> {
-            self.$inner.memalloc(size)
-        }
+        $crate::forward_manager_calls!(@pass $inner memalloc(size: usize)
+            -> $crate::contract::EmmResult<$crate::contract::MemoryPointer>);
     };
     (@one $inner:tt memhostalloc) => {
-        fn memhostalloc(
-            &self,
+        $crate::forward_manager_calls!(@pass $inner memhostalloc(
             size: usize,
             mapped: bool,
             portable: bool,
-            wc: bool,
-        ) -> $crate::contract::EmmResult<$crate::contract::HostMemory> {
-            self.$inner.memhostalloc(size, mapped, portable, wc)
-        }
+            wc: bool
+        ) -> $crate::contract::EmmResult<$crate::contract::HostMemory>);
     };
     (@one $inner:tt mempin) => {
-        fn mempin(
-            &self,
+        $crate::forward_manager_calls!(@pass $inner mempin(
             owner: Option<$crate::contract::PinOwner>,
             ptr: $crate::HostPtr,
             size: usize,
-            mapped: bool,
-        ) -> $crate::contract::EmmResult<$crate::contract::HostMemory> {
-            self.$inner.mempin(owner, ptr, size, mapped)
-        }
+            mapped: bool
+        ) -> $crate::contract::EmmResult<$crate::contract::HostMemory>);
     };
     (@one $inner:tt memallocmanaged) => {
-        fn memallocmanaged(
-            &self,
+        $crate::forward_manager_calls!(@pass $inner memallocmanaged(
             size: usize,
-            attach_global: bool,
-        ) -> $crate::contract::EmmResult<$crate::contract::ManagedMemory> {
-            self.$inner.memallocmanaged(size, attach_global)
-        }
+            attach_global: bool
+        ) -> $crate::contract::EmmResult<$crate::contract::ManagedMemory>);
     };
     (@one $inner:tt get_memory_info) => {
-        fn get_memory_info(&self) -> $crate::contract::EmmResult<$crate::contract::MemoryInfo> {
-            self.$inner.get_memory_info()
-        }
+        $crate::forward_manager_calls!(@pass $inner get_memory_info()
+            -> $crate::contract::EmmResult<$crate::contract::MemoryInfo>);
     };
     (@one $inner:tt get_ipc_handle) => {
-        fn get_ipc_handle(
-            &self,
-            memory: &$crate::contract::MemoryPointer,
-        ) -> $crate::contract::EmmResult<$crate::contract::IpcHandle> {
-            self.$inner.get_ipc_handle(memory)
-        }
+        $crate::forward_manager_calls!(@pass $inner get_ipc_handle(
+            memory: &$crate::contract::MemoryPointer
+        ) -> $crate::contract::EmmResult<$crate::contract::IpcHandle>);
     };
     (@one $inner:tt reset) => {
-        fn reset(&self) -> $crate::contract::EmmResult<()> {
-            self.$inner.reset()
-        }
+        $crate::forward_manager_calls!(@pass $inner reset()
+            -> $crate::contract::EmmResult<()>);
     };
     (@one $inner:tt defer_cleanup) => {
-        fn defer_cleanup(&self) -> $crate::contract::DeferCleanupGuard {
-            self.$inner.defer_cleanup()
-        }
+        $crate::forward_manager_calls!(@pass $inner defer_cleanup()
+            -> $crate::contract::DeferCleanupGuard);
     };
     (@one $inner:tt interface_version) => {
-        fn interface_version(&self) -> u32 {
-            self.$inner.interface_version()
-        }
+        $crate::forward_manager_calls!(@pass $inner interface_version()
+            -> u32);
     };
     (@one $inner:tt capabilities) => {
-        fn capabilities(&self) -> $crate::contract::Capabilities {
-            self.$inner.capabilities()
-        }
+        $crate::forward_manager_calls!(@pass $inner capabilities()
+            -> $crate::contract::Capabilities);
     };
     (@one $inner:tt memalloc_async) => {
-        fn memalloc_async(
-            &self,
+        $crate::forward_manager_calls!(@pass $inner memalloc_async(
             size: usize,
-            stream: $crate::StreamId,
-        ) -> $crate::contract::EmmResult<$crate::contract::MemoryPointer> {
-            self.$inner.memalloc_async(size, stream)
-        }
+            stream: $crate::StreamId
+        ) -> $crate::contract::EmmResult<$crate::contract::MemoryPointer>);
     };
     (@one $inner:tt memfree_async) => {
-        fn memfree_async(
-            &self,
+        $crate::forward_manager_calls!(@pass $inner memfree_async(
             memory: $crate::contract::MemoryPointer,
-            stream: $crate::StreamId,
-        ) -> $crate::contract::EmmResult<()> {
-            self.$inner.memfree_async(memory, stream)
+            stream: $crate::StreamId
+        ) -> $crate::contract::EmmResult<()>);
+    };
+    // One method, as the trait declares it, passed on to `self.$inner`.
+    (@pass $inner:tt $method:ident($($arg:ident: $ty:ty),*) -> $ret:ty) => {
+        fn $method(&self, $($arg: $ty),*) -> $ret {
+            self.$inner.$method($($arg),*)
         }
     };
 }
