@@ -388,38 +388,23 @@ macro_rules! suite {
                 Arc::new($make)
             }
 
-            #[test]
-            fn allocates_each_size_aligned_and_distinct() {
-                super::allocates_each_size_aligned_and_distinct(make, $caps);
-            }
-            #[test]
-            fn one_pib_is_out_of_memory_and_leaves_it_usable() {
-                super::one_pib_is_out_of_memory_and_leaves_it_usable(make, $caps);
-            }
-            #[test]
-            fn random_allocations() {
-                super::random_allocations(make, $caps);
-            }
-            #[test]
-            fn mixed_random_allocation_free() {
-                super::mixed_random_allocation_free(make, $caps);
-            }
-            #[test]
-            fn four_threads_at_once() {
-                super::four_threads_at_once(make, $caps);
-            }
-            #[test]
-            fn producer_and_consumer_on_two_streams() {
-                super::producer_and_consumer_on_two_streams(make, $caps);
-            }
-            #[test]
-            fn shared_ownership_and_equality() {
-                super::shared_ownership_and_equality(make, $caps);
-            }
-            #[test]
-            fn bad_frees_are_refused_and_change_nothing() {
-                super::bad_frees_are_refused_and_change_nothing(make, $caps);
-            }
+            suite!(@tests $caps;
+                allocates_each_size_aligned_and_distinct,
+                one_pib_is_out_of_memory_and_leaves_it_usable,
+                random_allocations,
+                mixed_random_allocation_free,
+                four_threads_at_once,
+                producer_and_consumer_on_two_streams,
+                shared_ownership_and_equality,
+                bad_frees_are_refused_and_change_nothing,
+            );
+        }
+    )*};
+    // Each test of the suite, over this module's `make`.
+    (@tests $caps:expr; $($test:ident,)*) => {$(
+        #[test]
+        fn $test() {
+            super::$test(make, $caps);
         }
     )*};
 }
