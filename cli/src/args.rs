@@ -221,7 +221,7 @@ pub struct ReplayArgs {
     #[arg(value_name = "LOG")]
     pub log: PathBuf,
     /// The resource to replay against
-    #[arg(long, value_name = "NAME", default_value = "pool", value_parser = PossibleValuesParser::new(RESOURCES))]
+    #[arg(long, value_name = "NAME", default_value = "pool-vmm-tight", value_parser = PossibleValuesParser::new(RESOURCES))]
     pub resource: String,
     /// Where to run: sim (80 GiB, contents and race tracking off) or cuda (this GPU)
     #[arg(long, value_name = "NAME", value_enum, default_value_t = Backend::Sim)]

@@ -176,3 +176,31 @@ fn a_real_pytorch_snapshot_replays_with_every_allocation_matched() {
         "held {held}"
     );
 }
+
+/// `emm replay` replays against the pool that holds the least (`pool-vmm-tight`) unless told
+/// otherwise, at the log's pace unless told otherwise.
+#[test]
+fn replay_defaults_to_the_tight_pool_at_the_logs_pace() {
+    let dir = folder("replay-default");
+    let log = dir.join("log.csv");
+    // A second between the two events: paced on the simulated GPU, free in wall time.
+    std::fs::write(
+        &log,
+        "Thread,Time,Action,Pointer,Size,Stream\n\
+         1,00:00:00.000001,allocate,0x7f0000000000,4096,0x0\n\
+         1,00:00:01.000001,free,0x7f0000000000,4096,0x0\n",
+    )
+    .unwrap();
+    let run = |extra: &str| {
+        let mut args = vec![OsStr::new("replay"), log.as_os_str(), OsStr::new("--json")];
+        args.extend(os(extra));
+        let out = emm(&args);
+        assert_eq!(out.status.code(), Some(EXIT_PASS), "{}", text(&out.stderr));
+        serde_json::from_str::<serde_json::Value>(&text(&out.stdout)).unwrap()
+    };
+    let default = run("");
+    assert_eq!(default["resource"], "pool-vmm-tight");
+    assert!(default["wall_ns"].as_u64().unwrap() < 1_000_000_000, "{default}");
+    assert_eq!(run("--resource pool --pace flat")["resource"], "pool");
+    let _ = std::fs::remove_dir_all(&dir);
+}
