@@ -200,7 +200,10 @@ fn replay_defaults_to_the_tight_pool_at_the_logs_pace() {
     };
     let default = run("");
     assert_eq!(default["resource"], "pool-vmm-tight");
-    assert!(default["wall_ns"].as_u64().unwrap() < 1_000_000_000, "{default}");
+    assert!(
+        default["wall_ns"].as_u64().unwrap() < 1_000_000_000,
+        "{default}"
+    );
     assert_eq!(run("--resource pool --pace flat")["resource"], "pool");
     let _ = std::fs::remove_dir_all(&dir);
 }

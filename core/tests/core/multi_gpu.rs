@@ -95,6 +95,34 @@ fn a_peer_touches_a_pool_s_memory_only_after_access_is_granted() {
     pool.deallocate(p, 4096, StreamId::DEFAULT).unwrap();
 }
 
+/// A segment's mapping grants its access itself (peer access enabled between contexts does
+/// not reach it), so it grants every device that can reach its own: a kernel on device 1
+/// reads and writes a tight pool's memory on device 0, also memory moved into a hole.
+#[test]
+fn a_peer_touches_a_segment_s_memory_its_mappings_grant_every_peer() {
+    let g = node(2);
+    let ctxs = contexts(&g, 2);
+    let shared: Arc<dyn Driver> = Arc::new(g.clone());
+    for name in ["pool-vmm", "pool-vmm-tight"] {
+        g.set_current_context(ctxs[0]).unwrap();
+        let pool = named::build(name, Arc::clone(&shared)).unwrap();
+        let mb = 1 << 20;
+        let a = pool.allocate(64 * mb, StreamId::DEFAULT).unwrap();
+        let b = pool.allocate(64 * mb, StreamId::DEFAULT).unwrap();
+        pool.deallocate(a, 64 * mb, StreamId::DEFAULT).unwrap();
+        let c = pool.allocate(96 * mb, StreamId::DEFAULT).unwrap();
+        g.set_current_context(ctxs[1]).unwrap();
+        for (p, n) in [(b, 64 * mb), (c, 96 * mb)] {
+            g.device_access(p, n, StreamId::DEFAULT, true).unwrap();
+        }
+        g.context_synchronize().unwrap();
+        assert!(g.report().violations.is_empty(), "{name}: {}", g.report());
+        g.set_current_context(ctxs[0]).unwrap();
+        pool.deallocate(b, 64 * mb, StreamId::DEFAULT).unwrap();
+        pool.deallocate(c, 96 * mb, StreamId::DEFAULT).unwrap();
+    }
+}
+
 #[test]
 fn peers_without_access_are_refused_peer_access_cleanly() {
     let mut config = SimConfig::new(2).devices(2).memory_per_device(GIB);

@@ -49,6 +49,10 @@ pub(crate) struct ExpandableSegment {
 #[derive(Debug)]
 pub(crate) struct SegmentMaps {
     pub(super) device: DeviceId,
+    /// The other devices that can access `device`'s memory: every mapping grants them access
+    /// too, as `cuMemAlloc` memory is open to a peer once it enables access (a mapping's
+    /// access is its own, whatever the contexts enabled).
+    peers: Vec<DeviceId>,
     /// The physical memory mapped, by address.
     pub(super) maps: GranuleMap,
     /// When to look for memory to give back.
@@ -100,6 +104,15 @@ impl ExpandableSegment {
     pub(crate) fn reserve(driver: &dyn Driver, bytes: u64) -> DriverResult<Self> {
         let device = driver.context_device(driver.current_context()?)?;
         let granularity = driver.mem_get_allocation_granularity(device)? as u64;
+        let mut peers = Vec::new();
+        for d in (0..driver.device_count()?)
+            .map(DeviceId)
+            .filter(|&d| d != device)
+        {
+            if driver.can_access_peer(d, device)? {
+                peers.push(d);
+            }
+        }
         let reserved = bytes.max(1).div_ceil(granularity) * granularity;
         let base = driver.mem_address_reserve(reserved as usize, 0)?.0;
         Ok(ExpandableSegment {
@@ -110,6 +123,7 @@ impl ExpandableSegment {
             pending: Vec::new(),
             more: Box::new(SegmentMaps {
                 device,
+                peers,
                 maps: GranuleMap::default(),
                 policy: TrimPolicy::new(SLACK_PERMILLE).keeping(),
                 budget: MoveBudget::new(None, 0),
@@ -242,7 +256,7 @@ impl ExpandableSegment {
     }
 
     /// Maps `bytes` (a granule multiple) at `start`, which is not mapped, and grants the
-    /// device access; spare handles that fit first (the largest that fits each time), then
+    /// device and its peers access; spare handles that fit first (the largest that fits each time), then
     /// new ones. On failure unmaps what it mapped (and releases it, or keeps it spare).
     pub(super) fn map_range(
         &mut self,
@@ -269,7 +283,10 @@ impl ExpandableSegment {
                 self.more.maps.insert(at, h, n);
                 at += n;
             }
-            driver.mem_set_access(crate::DevicePtr(start), bytes as usize, self.more.device)
+            for &d in std::iter::once(&self.more.device).chain(&self.more.peers) {
+                driver.mem_set_access(crate::DevicePtr(start), bytes as usize, d)?;
+            }
+            Ok(())
         };
         made().inspect_err(|_| {
             // Nothing touched the new memory yet: no wait is needed before unmapping.
