@@ -201,9 +201,9 @@ uint32_t emm_abi_version(void);
 
 /*
  Sets the manager of every device, process-wide: a built-in name (`"pool"`, `"default"`,
- `"arena"`, `"binning"`, `"async"`, `"managed"`), the path of a `.wasm`
+ `"pool-vmm-tight"`, `"arena"`, `"binning"`, `"async"`, `"managed"`), the path of a `.wasm`
  plugin, or a JSON object of resource-chain options (as `emm_reinitialize`). `NULL` or `""`:
- `EMM_MEMORY_MANAGER` if set, else `"pool"`. `EMM_MEMORY_MANAGER`, when set, wins over the
+ `EMM_MEMORY_MANAGER` if set, else `"pool-vmm-tight"`. `EMM_MEMORY_MANAGER`, when set, wins over the
  argument (with a warning on stderr). Live memory stays valid and goes back to the manager
  that made it.
 
@@ -215,6 +215,23 @@ uint32_t emm_abi_version(void);
  1. `spec` is NULL or a NUL-terminated string.
  */
 enum EmmStatus emm_configure(const char *spec);
+
+/*
+ Sets the manager as `emm_configure` does, only if nothing chose the one in use: neither the
+ program (`emm_configure`, `emm_reinitialize`) nor `EMM_MEMORY_MANAGER`. For a library that
+ needs a kind of manager without overriding a choice: Numba's IPC needs memory that
+ `cuIpcGetMemHandle` exports, which the default `"pool-vmm-tight"` cannot give, so `emm.numba`
+ asks for `"pool"`. Writes to `*applied` (when not NULL) 1 if it took effect, else 0.
+
+ Returns `EMM_STATUS_CONFIG` or `EMM_STATUS_INVALID_ARGUMENT` for a spec `emm_configure`
+ would refuse, whether or not it would apply (nothing changes then).
+
+ # Safety
+
+ 1. `spec` is NULL or a NUL-terminated string; NULL is refused.
+ 2. `applied` is NULL or valid for writing one `int`.
+ */
+enum EmmStatus emm_configure_if_unset(const char *spec, int *applied);
 
 /*
  Rebuilds every device's manager over a fresh resource chain from options, as RMM's

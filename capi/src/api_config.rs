@@ -5,7 +5,7 @@ use std::ffi::{c_char, c_int, c_void};
 
 use crate::ffi::{c_str, call, status, write_out};
 use crate::runtime::runtime;
-use crate::status::EmmStatus;
+use crate::status::{CapiError, EmmStatus};
 
 /// A CUDA stream (`CUstream` / `cudaStream_t`; the same handle in the driver and runtime
 /// APIs). `NULL` (0) is the legacy default stream, `2` the per-thread default stream. On the
@@ -24,9 +24,9 @@ pub extern "C" fn emm_abi_version() -> u32 {
 }
 
 /// Sets the manager of every device, process-wide: a built-in name (`"pool"`, `"default"`,
-/// `"arena"`, `"binning"`, `"async"`, `"managed"`), the path of a `.wasm`
+/// `"pool-vmm-tight"`, `"arena"`, `"binning"`, `"async"`, `"managed"`), the path of a `.wasm`
 /// plugin, or a JSON object of resource-chain options (as `emm_reinitialize`). `NULL` or `""`:
-/// `EMM_MEMORY_MANAGER` if set, else `"pool"`. `EMM_MEMORY_MANAGER`, when set, wins over the
+/// `EMM_MEMORY_MANAGER` if set, else `"pool-vmm-tight"`. `EMM_MEMORY_MANAGER`, when set, wins over the
 /// argument (with a warning on stderr). Live memory stays valid and goes back to the manager
 /// that made it.
 ///
@@ -42,6 +42,37 @@ pub unsafe extern "C" fn emm_configure(spec: *const c_char) -> EmmStatus {
         // SAFETY: the caller's promise (1).
         let spec = unsafe { c_str("emm_configure", "spec", spec) }?;
         runtime()?.configure(spec)
+    })
+}
+
+/// Sets the manager as `emm_configure` does, only if nothing chose the one in use: neither the
+/// program (`emm_configure`, `emm_reinitialize`) nor `EMM_MEMORY_MANAGER`. For a library that
+/// needs a kind of manager without overriding a choice: Numba's IPC needs memory that
+/// `cuIpcGetMemHandle` exports, which the default `"pool-vmm-tight"` cannot give, so `emm.numba`
+/// asks for `"pool"`. Writes to `*applied` (when not NULL) 1 if it took effect, else 0.
+///
+/// Returns `EMM_STATUS_CONFIG` or `EMM_STATUS_INVALID_ARGUMENT` for a spec `emm_configure`
+/// would refuse, whether or not it would apply (nothing changes then).
+///
+/// # Safety
+///
+/// 1. `spec` is NULL or a NUL-terminated string; NULL is refused.
+/// 2. `applied` is NULL or valid for writing one `int`.
+#[no_mangle]
+pub unsafe extern "C" fn emm_configure_if_unset(
+    spec: *const c_char,
+    applied: *mut c_int,
+) -> EmmStatus {
+    status("emm_configure_if_unset", || {
+        // SAFETY: the caller's promise (1).
+        let spec = unsafe { c_str("emm_configure_if_unset", "spec", spec) }?
+            .ok_or_else(|| CapiError::null("emm_configure_if_unset", "spec"))?;
+        let done = runtime()?.configure_if_unset(spec)?;
+        if !applied.is_null() {
+            // SAFETY: the caller's promise (2).
+            unsafe { applied.write(c_int::from(done)) };
+        }
+        Ok(())
     })
 }
 

@@ -27,6 +27,9 @@ struct Selected {
     name: String,
     factory: Arc<dyn ManagerFactory>,
     logs: BTreeMap<DeviceId, LogHealth>,
+    /// Whether nothing chose it (the C ABI's default): `emm_configure_if_unset` replaces only
+    /// such a manager.
+    by_default: bool,
 }
 
 /// One device: its context (made on first use with the selected manager) and live memory.
@@ -50,12 +53,13 @@ pub(crate) struct Runtime {
 }
 
 /// The factory for `spec` on a machine of `n` devices.
-fn select(driver: &Arc<dyn Driver>, n: usize, spec: Spec) -> CapiResult<Selected> {
+fn select(driver: &Arc<dyn Driver>, n: usize, (spec, by_default): (Spec, bool)) -> CapiResult<Selected> {
     Ok(match spec {
         Spec::Registry(name) => Selected {
             factory: selection::registry_factory(&name)?,
             name,
             logs: BTreeMap::new(),
+            by_default,
         },
         Spec::Chain(options) => {
             let built = emm_core::reinitialize_chains(Arc::clone(driver), &options)?;
@@ -77,13 +81,14 @@ fn select(driver: &Arc<dyn Driver>, n: usize, spec: Spec) -> CapiResult<Selected
                 name: format!("reinitialize({options:?})"),
                 factory: Arc::new(ChainFactory::new(chains, options.managed_memory)),
                 logs,
+                by_default,
             }
         }
     })
 }
 
 /// The runtime, made on the first call (the backend from `EMM_BACKEND`, the manager from
-/// `EMM_MEMORY_MANAGER` or `pool`). A failure is kept: every later call reports it.
+/// `EMM_MEMORY_MANAGER` or `pool-vmm-tight`). A failure is kept: every later call reports it.
 ///
 /// # Errors
 ///
@@ -161,13 +166,38 @@ impl Runtime {
     ///
     /// A spec that does not parse or does not resolve; nothing changes then.
     pub(crate) fn configure(&self, spec: Option<&str>) -> CapiResult<()> {
+        self.configure_when(spec, |_| true).map(|_| ())
+    }
+
+    /// [`Runtime::configure`] if nothing chose the manager in use (the C ABI's default, neither
+    /// the program nor `EMM_MEMORY_MANAGER`); returns whether it did. `spec` is checked either
+    /// way.
+    ///
+    /// # Errors
+    ///
+    /// As [`Runtime::configure`].
+    pub(crate) fn configure_if_unset(&self, spec: &str) -> CapiResult<bool> {
+        self.configure_when(Some(spec), |current| current.by_default)
+    }
+
+    /// Selects `spec` and makes it the manager if `replace` says so of the one in use, under
+    /// one lock (two libraries asking at once see one answer).
+    fn configure_when(
+        &self,
+        spec: Option<&str>,
+        replace: impl FnOnce(&Selected) -> bool,
+    ) -> CapiResult<bool> {
         let spec = selection::effective(selection::parse(spec)?);
         let chosen = select(self.driver(), self.devices.len(), spec)?;
-        *self.selected.write().unwrap_or_else(|e| e.into_inner()) = chosen;
+        let mut selected = self.selected.write().unwrap_or_else(|e| e.into_inner());
+        if !replace(&selected) {
+            return Ok(false);
+        }
+        *selected = chosen;
         for slot in &self.devices {
             *slot.context.write().unwrap_or_else(|e| e.into_inner()) = None;
         }
-        Ok(())
+        Ok(true)
     }
 
     /// The device of ordinal `device`, checked.

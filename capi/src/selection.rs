@@ -4,8 +4,11 @@
 //! applies), or a JSON object of resource-chain options (`emm_reinitialize`'s).
 //!
 //! `EMM_MEMORY_MANAGER`, when set, wins over the program's choice with a warning, as the seed
-//! says of `NUMBA_CUDA_MEMORY_MANAGER`. With neither, the C ABI uses `pool`: one pool shared by
-//! every library of the process is what it is for.
+//! says of `NUMBA_CUDA_MEMORY_MANAGER`. With neither, the C ABI uses `pool-vmm-tight`: one pool
+//! shared by every library of the process, holding within a few percent of live bytes. A
+//! library that needs another kind (Numba's IPC needs memory `cuIpcGetMemHandle` exports) asks
+//! for it with `emm_configure_if_unset`, which the program's and the environment's choices
+//! win over.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -17,7 +20,7 @@ use serde::Deserialize;
 use crate::status::{CapiError, CapiResult, EmmStatus};
 
 /// The manager the C ABI uses when nothing is configured.
-pub(crate) const DEFAULT_CAPI_MANAGER: &str = "pool";
+pub(crate) const DEFAULT_CAPI_MANAGER: &str = "pool-vmm-tight";
 
 /// A parsed manager spec.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -135,8 +138,9 @@ pub(crate) fn parse(spec: Option<&str>) -> CapiResult<Option<Spec>> {
 }
 
 /// The spec that applies: the environment's `EMM_MEMORY_MANAGER` if set (with a warning on
-/// stderr when it overrides `requested`), else `requested`, else [`DEFAULT_CAPI_MANAGER`].
-pub(crate) fn effective(requested: Option<Spec>) -> Spec {
+/// stderr when it overrides `requested`), else `requested`, else [`DEFAULT_CAPI_MANAGER`];
+/// and whether it is that default (nothing chose).
+pub(crate) fn effective(requested: Option<Spec>) -> (Spec, bool) {
     let env = std::env::var(MANAGER_ENV_VAR)
         .ok()
         .map(|v| v.trim().to_string())
@@ -147,11 +151,11 @@ pub(crate) fn effective(requested: Option<Spec>) -> Spec {
                 "emm: warning: {MANAGER_ENV_VAR}={e} overrides the manager the program \
                  configured ({r:?}); unset {MANAGER_ENV_VAR} to use the program's"
             );
-            Spec::Registry(e)
+            (Spec::Registry(e), false)
         }
-        (Some(e), None) => Spec::Registry(e),
-        (None, Some(r)) => r,
-        (None, None) => Spec::Registry(DEFAULT_CAPI_MANAGER.to_string()),
+        (Some(e), None) => (Spec::Registry(e), false),
+        (None, Some(r)) => (r, false),
+        (None, None) => (Spec::Registry(DEFAULT_CAPI_MANAGER.to_string()), true),
     }
 }
 

@@ -12,7 +12,7 @@ install ./capi``; or ``cargo build --release -p emm-capi`` and ``EMM_LIBRARY``).
   ``DeviceBuffer`` (as RMM's ``rmm.DeviceBuffer`` / ``rmm.reinitialize``).
 
 Environment: ``EMM_BACKEND`` (``cuda``, default, or ``sim`` for the simulated GPU),
-``EMM_MEMORY_MANAGER`` (a built-in manager name or a ``.wasm`` plugin; default ``pool``),
+``EMM_MEMORY_MANAGER`` (a built-in manager name or a ``.wasm`` plugin; default ``pool-vmm-tight``),
 ``EMM_LIBRARY`` (the library's path).
 """
 
@@ -57,7 +57,7 @@ __all__ = [
 def configure(manager: Union[str, "PathLike[str]", None] = None) -> None:
     """Sets the process-wide manager: a built-in name (``"pool"``, ``"arena"``, ``"binning"``,
     ``"async"``, ``"managed"``, ``"default"``, ...), the path of a ``.wasm`` plugin, or None for
-    ``EMM_MEMORY_MANAGER`` / ``pool``. Live memory stays valid."""
+    ``EMM_MEMORY_MANAGER`` / ``pool-vmm-tight``. Live memory stays valid."""
     arg = None if manager is None else str(manager).encode()
     _check(_load().emm_configure(arg))
 

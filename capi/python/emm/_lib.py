@@ -84,6 +84,7 @@ _vp = ctypes.c_void_p
 _PROTOTYPES = {
     "emm_abi_version": (ctypes.c_uint32, []),
     "emm_configure": (_c_int, [ctypes.c_char_p]),
+    "emm_configure_if_unset": (_c_int, [ctypes.c_char_p, ctypes.POINTER(_c_int)]),
     "emm_reinitialize": (_c_int, [ctypes.c_char_p]),
     "emm_device_count": (_c_int, [ctypes.POINTER(_c_int)]),
     "emm_alloc": (_c_int, [_size, _c_int, _vp, ctypes.POINTER(_vp)]),

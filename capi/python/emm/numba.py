@@ -9,6 +9,12 @@ What ``defer_cleanup`` defers: Numba's own pending host deallocations (through `
 emm's pending deallocations of the device's manager; a pool's device memory is reused at once
 either way. ``reset`` frees every allocation of the context (Numba's rule) and gives the
 manager's cached memory back to the driver.
+
+Numba's interface includes IPC (``get_ipc_handle``), which needs memory ``cuIpcGetMemHandle``
+exports; emm's default manager, ``pool-vmm-tight``, maps its memory with ``cuMemMap`` and cannot
+export it. So the plugin asks for ``pool`` when it initializes, unless the program
+(``emm.configure``) or ``EMM_MEMORY_MANAGER`` chose a manager: a process that uses Numba then
+shares ``pool`` with its other libraries.
 """
 
 from __future__ import annotations
@@ -123,7 +129,9 @@ class EMMNumbaManager(HostOnlyCUDAMemoryManager):
 
     def initialize(self) -> None:
         # Idempotent: loads the library and makes the device's manager on first call only.
-        _lib.lib()
+        # Numba's interface exports memory to other processes (get_ipc_handle), which needs
+        # cuIpcGetMemHandle's memory: `pool`, unless the program or EMM_MEMORY_MANAGER chose.
+        _lib.check(_lib.lib().emm_configure_if_unset(b"pool", None))
         free, total = ctypes.c_size_t(), ctypes.c_size_t()
         status = _lib.lib().emm_memory_info(self._device, ctypes.byref(free), ctypes.byref(total))
         if status != _lib.OK:

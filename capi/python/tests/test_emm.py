@@ -186,6 +186,18 @@ class NumbaPlugin(unittest.TestCase):
     def setUp(self):
         emm.configure("pool")
 
+    def test_the_plugin_asks_for_the_ipc_pool_only_over_the_default(self):
+        m = self.mod.EMMNumbaManager(context=self.Context(0))
+        m.initialize()
+        self.assertEqual(emm.stats()["manager"], "pool")
+        emm.configure("arena")
+        m.initialize()
+        self.assertEqual(emm.stats()["manager"], "arena", "the program's choice stands")
+        emm.configure(None)
+        self.assertEqual(emm.stats()["manager"], "pool-vmm-tight")
+        m.initialize()
+        self.assertEqual(emm.stats()["manager"], "pool", "Numba needs IPC")
+
     def test_the_plugin_follows_the_contract(self):
         self.assertIs(self.mod._numba_memory_manager, self.mod.EMMNumbaManager)
         m = self.mod.EMMNumbaManager(context=self.Context(1))

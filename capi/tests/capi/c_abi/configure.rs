@@ -28,11 +28,46 @@ fn configure_and_reinitialize_keep_live_memory_valid() {
             "was not set up by emm_reinitialize",
         );
         succeeds(emm_configure(null()));
-        assert_eq!(stats()["manager"], "pool");
+        assert_eq!(stats()["manager"], "pool-vmm-tight");
     }
     // Memory from the first manager goes back to it.
     free(old, null_mut());
     assert_eq!(stats()["devices"][0]["current_bytes"], 0);
+}
+
+/// A library's choice (`emm_configure_if_unset`, as `emm.numba` asks for `pool`) applies only
+/// while the manager in use is the default: never over the program's choice.
+#[test]
+fn a_library_s_choice_applies_only_over_the_default() {
+    let _g = setup();
+    let mut applied: std::ffi::c_int = -1;
+    // SAFETY: NUL-terminated literals and a writable out-pointer.
+    unsafe {
+        // `setup` configured `pool`: the program chose.
+        succeeds(emm_configure_if_unset(c"arena".as_ptr(), &mut applied));
+        assert_eq!((applied, manager_name()), (0, "pool".to_owned()));
+        succeeds(emm_configure(null()));
+        assert_eq!(manager_name(), "pool-vmm-tight", "the default");
+        succeeds(emm_configure_if_unset(c"arena".as_ptr(), &mut applied));
+        assert_eq!((applied, manager_name()), (1, "arena".to_owned()));
+        // Once a library chose, a second does not override it.
+        succeeds(emm_configure_if_unset(c"binning".as_ptr(), null_mut()));
+        assert_eq!(manager_name(), "arena");
+        // A spec `emm_configure` refuses is refused whether or not it would apply.
+        fails(
+            emm_configure_if_unset(c"nope".as_ptr(), &mut applied),
+            EmmStatus::Config,
+            "nope",
+        );
+        fails(
+            emm_configure_if_unset(null(), &mut applied),
+            EmmStatus::InvalidArgument,
+            "spec is NULL",
+        );
+        assert_eq!(manager_name(), "arena", "nothing changed");
+    }
+    let p = alloc(4096, 0, null_mut());
+    free(p, null_mut());
 }
 
 /// A `.wasm` plugin (built by `cargo xtask wasm`, which `cargo xtask test` runs first) loads
