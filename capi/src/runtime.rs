@@ -53,7 +53,11 @@ pub(crate) struct Runtime {
 }
 
 /// The factory for `spec` on a machine of `n` devices.
-fn select(driver: &Arc<dyn Driver>, n: usize, (spec, by_default): (Spec, bool)) -> CapiResult<Selected> {
+fn select(
+    driver: &Arc<dyn Driver>,
+    n: usize,
+    (spec, by_default): (Spec, bool),
+) -> CapiResult<Selected> {
     Ok(match spec {
         Spec::Registry(name) => Selected {
             factory: selection::registry_factory(&name)?,

@@ -264,3 +264,29 @@ fn at_a_training_steps_pace_the_loop_moves_and_holds_within_two_percent() {
         "an expandable segment held {plain:.3}: nothing to show"
     );
 }
+
+/// A request the device cannot serve is not a live peak: after a refused 2 GiB request on a
+/// 1 GiB device, free blocks in the middle still go back before the segment maps more (the
+/// request's live bytes, counted as seen, had raised the limit past the device).
+#[test]
+fn a_refused_request_does_not_raise_what_the_segment_may_hold() {
+    let g = Arc::new(SimDriver::new(SimConfig::new(3).memory_per_device(GIB)).unwrap());
+    let p = pool(&g);
+    let e = p.allocate(2 * GIB as usize, S).unwrap_err();
+    assert!(e.is_out_of_memory(), "{e}");
+    let n = 8 * MIB as usize;
+    let blocks: Vec<_> = (0..16).map(|_| p.allocate(n, S).unwrap()).collect();
+    for &b in blocks.iter().step_by(2) {
+        p.deallocate(b, n, S).unwrap();
+    }
+    assert_eq!(p.held_bytes(), 128 * MIB);
+    // 24 MiB fits no free block: three of them go back first, and held stays at 128 MiB.
+    let big = p.allocate(3 * n, S).unwrap();
+    assert_eq!(p.held_bytes(), 128 * MIB);
+    assert_eq!(g.device_memory_used(D0), p.held_bytes());
+    p.deallocate(big, 3 * n, S).unwrap();
+    for &b in blocks.iter().skip(1).step_by(2) {
+        p.deallocate(b, n, S).unwrap();
+    }
+    p.check().unwrap();
+}

@@ -153,19 +153,29 @@ impl TrimPolicy {
     }
 
     /// Bytes to give back before mapping `need` more to `mapped`, with `live` bytes live
-    /// once the request is served (noted as seen).
-    pub(crate) fn excess(&mut self, mapped: u64, need: u64, live: u64) -> u64 {
-        self.live_peak = self.live_peak.max(live);
+    /// once the request is served (seen only once it is: [`TrimPolicy::served`]).
+    pub(crate) fn excess(&self, mapped: u64, need: u64, live: u64) -> u64 {
         if !self.gives_back {
             return 0;
         }
-        mapped.saturating_add(need).saturating_sub(self.limit())
+        mapped
+            .saturating_add(need)
+            .saturating_sub(self.limit_with(self.live_peak.max(live)))
+    }
+
+    /// Notes `live` bytes live after a request was served. A request that failed is not
+    /// noted: a refused 139 GiB request would otherwise raise the limit for good.
+    pub(crate) fn served(&mut self, live: u64) {
+        self.live_peak = self.live_peak.max(live);
     }
 
     /// What the segment may hold without giving back: the most it ever had mapped, or the
     /// most live bytes seen and the slack.
     pub(crate) fn limit(&self) -> u64 {
-        let peak = self.live_peak;
+        self.limit_with(self.live_peak)
+    }
+
+    fn limit_with(&self, peak: u64) -> u64 {
         self.mark
             .max(peak.saturating_add(peak / 1000 * self.slack_permille))
     }
@@ -222,6 +232,10 @@ mod tests {
         // Growing: 1 % over the most live bytes maps without giving back.
         assert_eq!(p.excess(0, 1011 * G, 1000 * G), G);
         assert_eq!(p.excess(0, 1010 * G, 1000 * G), 0);
+        // A request that failed is not seen: the limit stays where served requests put it.
+        assert_eq!(p.excess(0, 1010 * G, 1000 * G), 0);
+        assert_eq!(p.limit(), 0);
+        p.served(1000 * G);
         p.mapped(1100 * G);
         // Below the mark (or the live peak and its slack), nothing: that much was held.
         assert_eq!(p.excess(1000 * G, 100 * G, 500 * G), 0);

@@ -534,6 +534,7 @@ impl ExpandableSegment {
                 // tightest fit.
                 let p = heap.allocate(slot, size, requested);
                 if let Some(p) = p.or_else(|| heap.allocate_wild(slot, size, requested)) {
+                    self.more.policy.served(live);
                     return Ok(p);
                 }
             } else {
@@ -561,10 +562,14 @@ impl ExpandableSegment {
         }
         self.more.policy.mapped(self.mapped());
         match grown {
-            Ok(()) => heap
-                .allocate(slot, size, requested)
-                .or_else(|| heap.allocate_wild(slot, size, requested))
-                .ok_or_else(|| oom(None)),
+            Ok(()) => {
+                let p = heap
+                    .allocate(slot, size, requested)
+                    .or_else(|| heap.allocate_wild(slot, size, requested))
+                    .ok_or_else(|| oom(None))?;
+                self.more.policy.served(live);
+                Ok(p)
+            }
             Err(GrowError::NoRoom { room }) => Err(oom(Some(room))),
             Err(GrowError::Driver(e)) if e.is_out_of_memory() => {
                 Err(oom(driver.mem_get_info().ok().map(|i| i.free)))

@@ -48,7 +48,11 @@
 //! operation; handles of any size kept between requests, to 26 (no create or release) and
 //! 0.54 µs, and finetune-checkpoint's creates and releases from 96 to 26 per 1 000 (its steps
 //! on an H200 then took as long as under the caching allocator). On an H200, W2 still took
-//! 1.4–2.3 µs an operation: a map or unmap of up to 64 MiB costs tens of µs there.
+//! 1.4–2.3 µs an operation: a map or unmap of up to 64 MiB costs tens of µs there. So moves
+//! spend from a budget of the host's time ([`MoveBudget`](crate::mr::detail::move_budget)):
+//! W2, which does nothing else, stops moving after its warm-up (32–41 ns an operation on an
+//! H200, held 1.09–1.11), while the traces at their pace stay within it. Tried: a one-second
+//! cap on saved credit refused the bursts in which the traces move after their warm-up.
 
 use crate::driver::{Driver, EventId, StreamId};
 use crate::error::DriverResult;
