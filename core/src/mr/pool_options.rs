@@ -42,8 +42,9 @@ pub enum Backing {
     /// traces: 1.001 to 1.014 × peak live on the simulated GPU, against 1.001 to 1.231 for
     /// [`Backing::Expandable`]), at the cost of more driver calls: 6 to 233 `cuMemCreate`,
     /// `cuMemMap`, `cuMemUnmap` and `cuMemRelease` calls per 1 000 operations on those traces
-    /// (`Expandable`: 6 to 143), and about 37 in the steady state of a loop whose live bytes
-    /// walk up and down (W2; `Expandable`: none).
+    /// (`Expandable`: 6 to 143). Moves take at most [`PoolOptions::move_share`] of the host's
+    /// time: a loop that does nothing but allocate (W2) stops moving and holds about what
+    /// `Expandable` holds.
     ExpandableTight,
     /// Chunks allocated from the upstream resource, one per growth, each given back whole.
     Chunks,
