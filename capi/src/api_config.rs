@@ -26,9 +26,9 @@ pub extern "C" fn emm_abi_version() -> u32 {
 /// Sets the manager of every device, process-wide: a built-in name (`"pool"`, `"default"`,
 /// `"pool-vmm-tight"`, `"arena"`, `"binning"`, `"async"`, `"managed"`), the path of a `.wasm`
 /// plugin, or a JSON object of resource-chain options (as `emm_reinitialize`). `NULL` or `""`:
-/// `EMM_MEMORY_MANAGER` if set, else `"pool-vmm-tight"`. `EMM_MEMORY_MANAGER`, when set, wins over the
-/// argument (with a warning on stderr). Live memory stays valid and goes back to the manager
-/// that made it.
+/// `EMM_MEMORY_MANAGER` if set, else `"pool-vmm-tight"`. `EMM_MEMORY_MANAGER`, when set, wins
+/// over the argument (with a warning on stderr). Live memory stays valid and goes back to the
+/// manager that made it.
 ///
 /// Returns `EMM_STATUS_CONFIG` for an unknown name or a plugin that does not load (nothing
 /// changes then).

@@ -55,8 +55,9 @@ pub enum Pace {
     Flat,
     /// Each event no earlier than its time in the log after the first event's, on the
     /// driver's clock ([`Driver::host_clock_ns`](emm_core::Driver::host_clock_ns)): the host
-    /// sleeps through the program's own work between calls ([`Driver::host_sleep`](emm_core::Driver::host_sleep);
-    /// on the simulated GPU, virtual time, so free), and the device runs on meanwhile. A
+    /// sleeps through the program's own work between calls
+    /// ([`Driver::host_sleep`](emm_core::Driver::host_sleep); on the simulated GPU, virtual
+    /// time, so free), and the device runs on meanwhile. A
     /// resource that weighs its driver calls against the time that passes (a tight segment's
     /// moves) then sees the program's time, as it would under the program. The sleeps are not
     /// in `resource_time`.

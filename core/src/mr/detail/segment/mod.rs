@@ -256,8 +256,9 @@ impl ExpandableSegment {
     }
 
     /// Maps `bytes` (a granule multiple) at `start`, which is not mapped, and grants the
-    /// device and its peers access; spare handles that fit first (the largest that fits each time), then
-    /// new ones. On failure unmaps what it mapped (and releases it, or keeps it spare).
+    /// device and its peers access; spare handles that fit first (the largest that fits each
+    /// time), then new ones. On failure unmaps what it mapped (and releases it, or keeps it
+    /// spare).
     pub(super) fn map_range(
         &mut self,
         driver: &dyn Driver,
