@@ -290,3 +290,35 @@ fn a_refused_request_does_not_raise_what_the_segment_may_hold() {
     }
     p.check().unwrap();
 }
+
+/// A mapping that fails part of the way keeps nothing: the device's free memory said the
+/// request fits, its handles ran out before the end (as on an H200, whose free memory counts
+/// what a 139 GiB mapping's own structures then take), and the handles made on the way go
+/// back rather than wait as spares for a request that was never served.
+#[test]
+fn a_mapping_refused_part_of_the_way_keeps_no_handle() {
+    let g = Arc::new(SimDriver::new(SimConfig::new(3).memory_per_device(GIB)).unwrap());
+    let p = pool(&g);
+    // 960 MiB is 64 handles of 15 MiB: the 40th `cuMemCreate` fails, and the 50th, in the
+    // retry after a synchronize.
+    for nth in [40, 50] {
+        g.inject(emm_sim::Fault::FailNth {
+            call: Some(CallKind::MemCreate),
+            nth,
+            code: emm_core::CudaCode::OUT_OF_MEMORY,
+        });
+    }
+    let e = p.allocate((960 * MIB) as usize, S).unwrap_err();
+    assert!(e.is_out_of_memory(), "{e}");
+    assert!(
+        g.trace()
+            .iter()
+            .any(|t| t.call == CallKind::MemCreate && t.result.is_ok()),
+        "no handle was made before the refusal: the test does not exercise the rule"
+    );
+    assert_eq!((p.held_bytes(), g.device_memory_used(D0)), (0, 0));
+    g.clear_faults();
+    let all = p.allocate((960 * MIB) as usize, S).unwrap();
+    p.deallocate(all, (960 * MIB) as usize, S).unwrap();
+    p.check().unwrap();
+}
