@@ -36,5 +36,5 @@ pub use emm_core::mr::event_log::{
     MICROS_PER_DAY,
 };
 pub use options::{HeldProbe, Pace, ReplayOptions, Threading, MAX_REPLAY_THREADS};
-pub use replayer::replay;
+pub use replayer::{replay, MAX_PACED_GAP_NS};
 pub use report::{LoggedAllocation, ReplayFailure, ReplayReport, SizeMismatch};

@@ -57,10 +57,11 @@ pub enum Pace {
     /// driver's clock ([`Driver::host_clock_ns`](emm_core::Driver::host_clock_ns)): the host
     /// sleeps through the program's own work between calls
     /// ([`Driver::host_sleep`](emm_core::Driver::host_sleep); on the simulated GPU, virtual
-    /// time, so free), and the device runs on meanwhile. A
-    /// resource that weighs its driver calls against the time that passes (a tight segment's
-    /// moves) then sees the program's time, as it would under the program. The sleeps are not
-    /// in `resource_time`.
+    /// time, so free), and the device runs on meanwhile. A resource that weighs its driver
+    /// calls against the time that passes (a tight segment's moves) then sees the program's
+    /// time, as it would under the program. The sleeps are not in `resource_time`; a gap
+    /// between two events counts as at most
+    /// [`MAX_PACED_GAP_NS`](crate::replay::MAX_PACED_GAP_NS).
     Recorded,
 }
 

@@ -97,7 +97,10 @@ pub fn replay<R: DeviceMemoryResource + ?Sized>(
     };
     state.pacer = (options.pace == Pace::Recorded).then(|| Pacer {
         origin: driver.host_clock_ns(),
-        first_us: log.events().first().map_or(0, |e| e.time_us),
+        last_us: log
+            .events()
+            .first()
+            .map_or(0, |e| e.time_us % MICROS_PER_DAY),
         reached_ns: 0,
     });
     let start = Instant::now();
@@ -209,25 +212,37 @@ struct Live {
     log_stream: u64,
 }
 
+/// The longest wait between two events of a [`Pace::Recorded`] replay: the log's idle hours
+/// (a program between two runs) would otherwise be slept through on a GPU, and what weighs
+/// time against driver calls saves up at most ten seconds' share of it (a tight segment's
+/// move budget).
+pub const MAX_PACED_GAP_NS: u64 = 10_000_000_000;
+
 /// Where a [`Pace::Recorded`] replay is in the log's time.
 struct Pacer {
     /// The driver's clock at the first event.
     origin: u64,
-    /// The first event's time of day.
-    first_us: u64,
-    /// The latest event time reached, in ns after the first: the log's threads may write
-    /// times slightly out of order, and the pace never goes back.
+    /// The latest event time seen, as a time of day.
+    last_us: u64,
+    /// The replay's time reached, in ns after the first event: the log's gaps, each at most
+    /// [`MAX_PACED_GAP_NS`].
     reached_ns: u64,
 }
 
 impl Pacer {
     /// Sleeps on `driver` until the log's time of `e`.
     fn wait_for(&mut self, driver: &dyn Driver, e: &LogEvent) {
-        // Times of day wrap at midnight; a log is taken to span less than a day.
-        let since_us = (e.time_us % MICROS_PER_DAY + MICROS_PER_DAY
-            - self.first_us % MICROS_PER_DAY)
-            % MICROS_PER_DAY;
-        self.reached_ns = self.reached_ns.max(since_us.saturating_mul(1000));
+        // Times of day wrap at midnight. A step back of under a second is an event a thread
+        // wrote slightly before the one seen last, and the pace never goes back; any other
+        // change is a gap forward.
+        let now_us = e.time_us % MICROS_PER_DAY;
+        let back_us = (self.last_us + MICROS_PER_DAY - now_us) % MICROS_PER_DAY;
+        if back_us == 0 || back_us >= 1_000_000 {
+            let gap_us = (now_us + MICROS_PER_DAY - self.last_us) % MICROS_PER_DAY;
+            self.last_us = now_us;
+            let gap = gap_us.saturating_mul(1000).min(MAX_PACED_GAP_NS);
+            self.reached_ns = self.reached_ns.saturating_add(gap);
+        }
         let target = self.origin.saturating_add(self.reached_ns);
         let now = driver.host_clock_ns();
         if target > now {

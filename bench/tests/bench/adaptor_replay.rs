@@ -7,7 +7,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use emm_bench::replay::{
-    replay, EventLog, HeldProbe, LogAction, ReplayError, ReplayOptions, Threading,
+    replay, EventLog, HeldProbe, LogAction, Pace, ReplayError, ReplayOptions, Threading,
+    MAX_PACED_GAP_NS,
 };
 use emm_core::mr::{
     CudaResource, DeviceMemoryResource, LimitingAdaptor, LoggingAdaptor, MrResult,
@@ -444,5 +445,42 @@ fn a_line_longer_than_any_event_is_refused_at_the_limit() {
         e.to_string()
             .starts_with("line 3 is longer than 4096 bytes"),
         "{e}"
+    );
+}
+
+/// A paced replay sleeps through the log's gaps on the driver's clock (the simulator's
+/// virtual time, so no wall time), each gap at most `MAX_PACED_GAP_NS` (a log's idle hour is
+/// not slept through on a GPU), and an event a thread wrote slightly out of order does not
+/// take the pace back.
+#[test]
+fn a_paced_replay_keeps_the_logs_gaps_up_to_a_bound() {
+    let log = EventLog::parse_str(
+        "Thread,Time,Action,Pointer,Size,Stream\n\
+         1,10:00:00.000000,allocate,0x1000,4096,0x0\n\
+         1,10:00:02.000000,allocate,0x2000,4096,0x0\n\
+         2,10:00:01.999990,free,0x1000,4096,0x0\n\
+         1,11:00:02.000000,free,0x2000,4096,0x0\n",
+    )
+    .unwrap();
+    let virtual_ns = |pace| {
+        let g = fast_gpu(7);
+        let r = CudaResource::new(g.clone());
+        let t0 = g.now_ns();
+        let options = ReplayOptions {
+            pace,
+            ..ReplayOptions::default()
+        };
+        let report = replay(&log, &r, &options).unwrap();
+        assert_eq!((report.allocations, report.frees), (2, 2));
+        g.now_ns() - t0
+    };
+    let flat = virtual_ns(Pace::Flat);
+    assert!(flat < 1_000_000, "{flat} ns with no pace");
+    // 2 s, nothing back for the event written 10 µs early, then an hour counted as the bound.
+    let paced = virtual_ns(Pace::Recorded);
+    let expected = 2_000_000_000 + MAX_PACED_GAP_NS;
+    assert!(
+        (expected..expected + 1_000_000).contains(&paced),
+        "{paced} ns paced, {expected} expected"
     );
 }
