@@ -223,8 +223,10 @@ enum EmmStatus emm_configure(const char *spec);
  `cuIpcGetMemHandle` exports, which the default `"pool-vmm-tight"` cannot give, so `emm.numba`
  asks for `"pool"`. Writes to `*applied` (when not NULL) 1 if it took effect, else 0.
 
- Returns `EMM_STATUS_CONFIG` or `EMM_STATUS_INVALID_ARGUMENT` for a spec `emm_configure`
- would refuse, whether or not it would apply (nothing changes then).
+ Returns `EMM_STATUS_INVALID_ARGUMENT` for a spec that does not parse, whether or not it
+ would apply, and `EMM_STATUS_CONFIG` for one that applies and does not resolve (an unknown
+ name, a plugin that does not load); nothing changes then. A spec that would not apply is
+ not resolved: no plugin is loaded and no warning is printed.
 
  # Safety
 

@@ -174,8 +174,9 @@ impl Runtime {
     }
 
     /// [`Runtime::configure`] if nothing chose the manager in use (the C ABI's default, neither
-    /// the program nor `EMM_MEMORY_MANAGER`); returns whether it did. `spec` is checked either
-    /// way.
+    /// the program nor `EMM_MEMORY_MANAGER`); returns whether it did. A spec that does not
+    /// parse is refused either way; one that would not apply is not resolved (no plugin
+    /// loaded, no warning that the environment overrides it).
     ///
     /// # Errors
     ///
@@ -184,15 +185,23 @@ impl Runtime {
         self.configure_when(Some(spec), |current| current.by_default)
     }
 
-    /// Selects `spec` and makes it the manager if `replace` says so of the one in use, under
-    /// one lock (two libraries asking at once see one answer).
+    /// Selects `spec` and makes it the manager if `replace` says so of the one in use; asked
+    /// again under the lock that replaces it, so that two libraries asking at once see one
+    /// answer.
     fn configure_when(
         &self,
         spec: Option<&str>,
-        replace: impl FnOnce(&Selected) -> bool,
+        replace: impl Fn(&Selected) -> bool,
     ) -> CapiResult<bool> {
-        let spec = selection::effective(selection::parse(spec)?);
-        let chosen = select(self.driver(), self.devices.len(), spec)?;
+        let spec = selection::parse(spec)?;
+        if !replace(&self.selected.read().unwrap_or_else(|e| e.into_inner())) {
+            return Ok(false);
+        }
+        let chosen = select(
+            self.driver(),
+            self.devices.len(),
+            selection::effective(spec),
+        )?;
         let mut selected = self.selected.write().unwrap_or_else(|e| e.into_inner());
         if !replace(&selected) {
             return Ok(false);

@@ -50,21 +50,29 @@ fn a_library_s_choice_applies_only_over_the_default() {
         assert_eq!(manager_name(), "pool-vmm-tight", "the default");
         succeeds(emm_configure_if_unset(c"arena".as_ptr(), &mut applied));
         assert_eq!((applied, manager_name()), (1, "arena".to_owned()));
-        // Once a library chose, a second does not override it.
+        // Once a library chose, a second does not override it; a name it would not apply is
+        // not resolved, and a spec that does not parse is refused.
         succeeds(emm_configure_if_unset(c"binning".as_ptr(), null_mut()));
-        assert_eq!(manager_name(), "arena");
-        // A spec `emm_configure` refuses is refused whether or not it would apply.
+        succeeds(emm_configure_if_unset(c"nope".as_ptr(), &mut applied));
+        assert_eq!((applied, manager_name()), (0, "arena".to_owned()));
         fails(
-            emm_configure_if_unset(c"nope".as_ptr(), &mut applied),
-            EmmStatus::Config,
-            "nope",
+            emm_configure_if_unset(c"{not json".as_ptr(), &mut applied),
+            EmmStatus::InvalidArgument,
+            "not valid",
         );
         fails(
             emm_configure_if_unset(null(), &mut applied),
             EmmStatus::InvalidArgument,
             "spec is NULL",
         );
-        assert_eq!(manager_name(), "arena", "nothing changed");
+        // Over the default, a name that does not resolve is refused and changes nothing.
+        succeeds(emm_configure(null()));
+        fails(
+            emm_configure_if_unset(c"nope".as_ptr(), &mut applied),
+            EmmStatus::Config,
+            "nope",
+        );
+        assert_eq!(manager_name(), "pool-vmm-tight", "nothing changed");
     }
     let p = alloc(4096, 0, null_mut());
     free(p, null_mut());
