@@ -21,7 +21,7 @@ use crate::replay::{
     ReplayOptions, ReplayReport, SizeMismatch, Threading, MAX_REPLAY_THREADS, MICROS_PER_DAY,
 };
 use emm_core::driver::{DevicePtr, Driver, EventId, StreamId};
-use emm_core::mr::DeviceMemoryResource;
+use emm_core::mr::{DeviceMemoryResource, PoolOptions};
 
 /// Replays `log` against `resource`; see the [module docs](self).
 ///
@@ -213,10 +213,9 @@ struct Live {
 }
 
 /// The longest wait between two events of a [`Pace::Recorded`] replay: the log's idle hours
-/// (a program between two runs) would otherwise be slept through on a GPU, and what weighs
-/// time against driver calls saves up at most ten seconds' share of it (a tight segment's
-/// move budget).
-pub const MAX_PACED_GAP_NS: u64 = 10_000_000_000;
+/// (a program between two runs) would otherwise be slept through on a GPU, and a tight
+/// segment's move budget saves up no more than this much time's share.
+pub const MAX_PACED_GAP_NS: u64 = PoolOptions::MOVE_SHARE_WINDOW_NS;
 
 /// Where a [`Pace::Recorded`] replay is in the log's time.
 struct Pacer {

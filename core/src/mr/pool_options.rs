@@ -85,6 +85,13 @@ impl PoolOptions {
     /// The default backing, chosen by measurement on W1, W2 and W3 (the book's "Resources and adaptors").
     pub const DEFAULT_BACKING: Backing = Backing::Expandable;
 
+    /// The most of the host's time over which a tight segment's unspent share saves up:
+    /// moves that waited while ten seconds went by may then take those seconds' share at
+    /// once, no more. Real traces move in bursts after their warm-up (45 ms of moves within
+    /// 100 ms of fine-tuning on the simulated GPU, a few times that on an H200), which a
+    /// one-second window at 5 % refused.
+    pub const MOVE_SHARE_WINDOW_NS: u64 = 10_000_000_000;
+
     /// The default share of the host's time a tight segment spends moving memory: 5 %.
     /// Real training and inference traces spend less (the book's "Resources and adaptors"); a
     /// loop that only allocates would spend nearly all of its time.

@@ -9,11 +9,10 @@
 //! ([`Driver::host_clock_ns`](crate::driver::Driver::host_clock_ns)); past it the segment maps
 //! instead and its mark rises, as an expandable segment's does.
 
-/// Time over which unspent credit accrues at the most: moves that waited while ten seconds
-/// went by may then take those seconds' share at once, no more. Real traces move in bursts
-/// after their warm-up (45 ms of moves within 100 ms of fine-tuning on the simulated GPU, a
-/// few times that on an H200), which a one-second window at 5 % refused.
-const WINDOW_NS: u64 = 10_000_000_000;
+use crate::mr::PoolOptions;
+
+/// Time over which unspent credit accrues at the most.
+const WINDOW_NS: u64 = PoolOptions::MOVE_SHARE_WINDOW_NS;
 
 /// A token bucket on the driver's clock: credit accrues at `permille` / 1000 of the time that
 /// passes, up to a [`WINDOW_NS`]'s worth; a move spends the time it took, measured after (so
