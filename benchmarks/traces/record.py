@@ -235,6 +235,8 @@ def main():
         dev = emm.stats()["devices"]
         d0 = dev[0] if isinstance(dev, list) else dev.get("0", dev)
         out["allocator"] = os.environ.get("EMM_MEMORY_MANAGER", "pool")
+        # pool-vmm-tight's share of the host's time for moves, when set (else its default).
+        out["move_share"] = os.environ.get("EMM_MOVE_SHARE")
         out["emm_stats"] = dev
         out["peak_live_bytes"] = d0.get("peak_bytes", d0.get("stats", {}).get("peak_bytes"))
     else:

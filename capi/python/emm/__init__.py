@@ -13,7 +13,8 @@ install ./capi``; or ``cargo build --release -p emm-capi`` and ``EMM_LIBRARY``).
 
 Environment: ``EMM_BACKEND`` (``cuda``, default, or ``sim`` for the simulated GPU),
 ``EMM_MEMORY_MANAGER`` (a built-in manager name or a ``.wasm`` plugin; default ``pool-vmm-tight``),
-``EMM_LIBRARY`` (the library's path).
+``EMM_MOVE_SHARE`` (the percent of the host's time ``pool-vmm-tight`` may spend moving memory;
+default 5), ``EMM_LIBRARY`` (the library's path).
 """
 
 from __future__ import annotations

@@ -207,3 +207,53 @@ fn replay_defaults_to_the_tight_pool_at_the_logs_pace() {
     assert_eq!(run("--resource pool --pace flat")["resource"], "pool");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `EMM_MOVE_SHARE` reaches `pool-vmm-tight`: at `0` it never moves memory and maps beside a
+/// free block too small for the next request; `unbounded` moves that block's memory there. A
+/// value it cannot read is refused with the variable named, exit status 2.
+#[test]
+fn replay_s_tight_pool_moves_as_emm_move_share_says() {
+    let dir = folder("replay-move-share");
+    let log = dir.join("log.csv");
+    // 64 MiB freed below a live 64 MiB, then a request of 96 MiB: live peaks at 160 MiB.
+    std::fs::write(
+        &log,
+        "Thread,Time,Action,Pointer,Size,Stream\n\
+         1,00:00:00.000001,allocate,0x7f0000000000,67108864,0x0\n\
+         1,00:00:00.000002,allocate,0x7f1000000000,67108864,0x0\n\
+         1,00:00:00.000003,free,0x7f0000000000,67108864,0x0\n\
+         1,00:00:00.000004,allocate,0x7f2000000000,100663296,0x0\n\
+         1,00:00:00.000005,free,0x7f1000000000,67108864,0x0\n\
+         1,00:00:00.000006,free,0x7f2000000000,100663296,0x0\n",
+    )
+    .unwrap();
+    let run = |share: &str| {
+        Command::new(env!("CARGO_BIN_EXE_emm"))
+            .args([OsStr::new("replay"), log.as_os_str(), OsStr::new("--json")])
+            .env("EMM_MOVE_SHARE", share)
+            .output()
+            .expect("run the emm binary")
+    };
+    let held = |share: &str| {
+        let out = run(share);
+        assert_eq!(out.status.code(), Some(EXIT_PASS), "{}", text(&out.stderr));
+        let v: serde_json::Value = serde_json::from_str(&text(&out.stdout)).unwrap();
+        assert_eq!(v["peak_live_bytes"], 160 << 20);
+        v["peak_held_bytes"].as_u64().unwrap()
+    };
+    assert_eq!(
+        held("0"),
+        224 << 20,
+        "no move: the free 64 MiB stays mapped"
+    );
+    assert_eq!(
+        held("unbounded"),
+        160 << 20,
+        "its memory moved to the request"
+    );
+    let bad = run("lots");
+    assert_eq!(bad.status.code(), Some(EXIT_CANNOT_RUN));
+    let err = text(&bad.stderr);
+    assert!(err.contains("EMM_MOVE_SHARE=\"lots\""), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

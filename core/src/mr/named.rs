@@ -84,12 +84,17 @@ pub fn with_named<W: WithResource>(name: &str, driver: Shared, work: W) -> MrRes
     Ok(match name {
         "pool" => work.with(|| Ok(pool())),
         "pool-vmm" => work.with(|| Ok(PoolResource::new(cuda()))),
-        "pool-vmm-tight" => work.with(|| {
-            PoolResource::with_options(
-                cuda(),
-                PoolOptions::default().backing(Backing::ExpandableTight),
-            )
-        }),
+        "pool-vmm-tight" => {
+            let share = move_share_from_env()?;
+            work.with(|| {
+                PoolResource::with_options(
+                    cuda(),
+                    PoolOptions::default()
+                        .backing(Backing::ExpandableTight)
+                        .move_share(share),
+                )
+            })
+        }
         "sharded" => work.with(|| Ok(ShardedPoolResource::over(pool(), shard_count()))),
         "arena" => work.with(|| Ok(ArenaResource::new(cuda()))),
         "binning" => {
@@ -133,9 +138,106 @@ pub fn build(name: &str, driver: Shared) -> MrResult<Arc<dyn DeviceMemoryResourc
     with_named(name, driver, ToArc)?
 }
 
+/// Sets `pool-vmm-tight`'s [`PoolOptions::move_share`] for the chains built here: a
+/// percentage of the host's time from 0 to 100 with one decimal at most (`5`, `0.5`, `2%`), or
+/// `unbounded`. Unset, the default ([`PoolOptions::DEFAULT_MOVE_SHARE`]) applies.
+pub const MOVE_SHARE_ENV_VAR: &str = "EMM_MOVE_SHARE";
+
+/// `pool-vmm-tight`'s move share, in parts per thousand, from a value of
+/// [`MOVE_SHARE_ENV_VAR`] (`None` or blank: unset, the default; `Ok(None)`: `unbounded`).
+///
+/// # Errors
+///
+/// [`MrError::InvalidArgument`] for anything but a percentage from 0 to 100 with one decimal
+/// at most, or `unbounded`; the message quotes the value.
+pub fn move_share_from(value: Option<&str>) -> MrResult<Option<u16>> {
+    let Some(raw) = value.filter(|v| !v.trim().is_empty()) else {
+        return Ok(PoolOptions::DEFAULT_MOVE_SHARE);
+    };
+    let v = raw.trim();
+    if v.eq_ignore_ascii_case("unbounded") {
+        return Ok(None);
+    }
+    let digits = v.strip_suffix('%').unwrap_or(v).trim_end();
+    let (whole, tenths) = digits.split_once('.').unwrap_or((digits, "0"));
+    let number = |s: &str| {
+        (!s.is_empty() && s.len() <= 3 && s.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| s.parse::<u16>().ok())
+            .flatten()
+    };
+    match (number(whole), number(tenths).filter(|_| tenths.len() == 1)) {
+        (Some(w), Some(t)) if w * 10 + t <= 1000 => Ok(Some(w * 10 + t)),
+        _ => Err(MrError::InvalidArgument {
+            resource: "pool-vmm-tight",
+            reason: format!(
+                "{MOVE_SHARE_ENV_VAR}={raw:?} is not a share of the host's time: give a \
+                 percentage from 0 to 100 with one decimal at most (5, 0.5) or \"unbounded\", \
+                 or unset it for the default of {}",
+                share_text(PoolOptions::DEFAULT_MOVE_SHARE)
+            ),
+        }),
+    }
+}
+
+/// `permille` as the percentage [`MOVE_SHARE_ENV_VAR`] takes.
+fn share_text(permille: Option<u16>) -> String {
+    match permille {
+        None => "unbounded".to_string(),
+        Some(p) if p % 10 == 0 => format!("{} %", p / 10),
+        Some(p) => format!("{}.{} %", p / 10, p % 10),
+    }
+}
+
+/// [`move_share_from`] this process's [`MOVE_SHARE_ENV_VAR`]; a value that is not Unicode is
+/// refused as any other bad value.
+fn move_share_from_env() -> MrResult<Option<u16>> {
+    match std::env::var_os(MOVE_SHARE_ENV_VAR) {
+        None => move_share_from(None),
+        Some(v) => move_share_from(Some(&v.to_string_lossy())),
+    }
+}
+
 /// Shards of `sharded`: twice the hardware threads, at least 4.
 fn shard_count() -> usize {
     std::thread::available_parallelism()
         .map_or(4, |n| 2 * n.get())
         .max(4)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_move_share_is_a_percentage_with_one_decimal_or_unbounded() {
+        let ok = |v: &str| move_share_from(Some(v)).unwrap();
+        for unset in [None, Some(""), Some("  ")] {
+            assert_eq!(
+                move_share_from(unset).unwrap(),
+                PoolOptions::DEFAULT_MOVE_SHARE
+            );
+        }
+        assert_eq!(ok("5"), Some(50));
+        assert_eq!(ok(" 0.5 "), Some(5));
+        assert_eq!(ok("2%"), Some(20));
+        assert_eq!(ok("0"), Some(0), "0: never move");
+        assert_eq!(ok("100.0"), Some(1000));
+        assert_eq!(ok("Unbounded"), None);
+        for bad in [
+            "-1", "100.1", "1000", "0.25", "5.", ".5", "1e1", "five", "5 5",
+        ] {
+            let e = move_share_from(Some(bad)).unwrap_err().to_string();
+            assert!(
+                e.contains(&format!("EMM_MOVE_SHARE={bad:?}")) && e.contains("default of 5 %"),
+                "{bad:?}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_default_share_reads_as_the_variable_takes_it() {
+        assert_eq!(share_text(Some(50)), "5 %");
+        assert_eq!(share_text(Some(5)), "0.5 %");
+        assert_eq!(share_text(None), "unbounded");
+    }
 }

@@ -134,7 +134,8 @@ impl PoolOptions {
     /// a [`Backing::ExpandableTight`] segment spends moving memory from free blocks to where
     /// requests go; `None` moves whatever the time. Moves refused map more memory instead, so
     /// held memory rises toward what [`Backing::Expandable`] holds. Values above 1000 count as
-    /// 1000.
+    /// 1000. The named chains ([`crate::mr::named`]) take it from `EMM_MOVE_SHARE`, in
+    /// percent.
     ///
     /// Default: [`PoolOptions::DEFAULT_MOVE_SHARE`].
     pub fn move_share(mut self, permille: Option<u16>) -> Self {

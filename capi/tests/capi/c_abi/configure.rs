@@ -35,6 +35,38 @@ fn configure_and_reinitialize_keep_live_memory_valid() {
     assert_eq!(stats()["devices"][0]["current_bytes"], 0);
 }
 
+/// `EMM_MOVE_SHARE` is read when the default manager makes a context's pool: a value it cannot
+/// read fails that with a message naming the variable, and the next configuration without it
+/// works.
+#[test]
+fn a_bad_move_share_fails_the_manager_with_the_variable_named() {
+    let _g = setup();
+    std::env::set_var("EMM_MOVE_SHARE", "lots");
+    let mut p = null_mut();
+    // SAFETY: a NUL pointer (the default), and a writable out-pointer.
+    let (configured, allocated) = unsafe {
+        (
+            emm_configure(null()),
+            emm_alloc(4096, 0, null_mut(), &mut p),
+        )
+    };
+    std::env::remove_var("EMM_MOVE_SHARE");
+    let status = if configured == EmmStatus::Ok {
+        allocated
+    } else {
+        configured
+    };
+    fails(
+        status,
+        EmmStatus::InvalidArgument,
+        "EMM_MOVE_SHARE=\"lots\"",
+    );
+    assert!(p.is_null());
+    // SAFETY: as above.
+    succeeds(unsafe { emm_configure(null()) });
+    free(alloc(4096, 0, null_mut()), null_mut());
+}
+
 /// A library's choice (`emm_configure_if_unset`, as `emm.numba` asks for `pool`) applies only
 /// while the manager in use is the default: never over the program's choice.
 #[test]
