@@ -56,6 +56,11 @@ pub struct SimConfig {
     pub costs: CostModel,
     /// Faults injected from the start.
     pub faults: Vec<Fault>,
+    /// Device memory the driver keeps for itself that `cuMemGetInfo` reports as free, as a GPU
+    /// does for the page tables and context structures an allocation needs: an allocation
+    /// that would reach into the last `driver_reserve` bytes of a device fails with out of
+    /// memory. 0 (the default): every byte reported free can be allocated.
+    pub driver_reserve: u64,
     /// Whether the driver answers `false` to `Driver::is_simulated`, as a real GPU does: for
     /// tests of what happens only on hardware (the plugin gate), without a GPU.
     pub present_as_hardware: bool,
@@ -80,6 +85,7 @@ impl Default for SimConfig {
             supports_ipc: true,
             costs: CostModel::default(),
             faults: Vec::new(),
+            driver_reserve: 0,
             present_as_hardware: false,
         }
     }
@@ -145,12 +151,26 @@ impl SimConfig {
         self
     }
 
+    /// Sets the memory the driver keeps beyond what `cuMemGetInfo` counts
+    /// ([`SimConfig::driver_reserve`]).
+    pub fn driver_reserve(mut self, bytes: u64) -> Self {
+        self.driver_reserve = bytes;
+        self
+    }
+
     /// Checks the configuration, saying which field is wrong and why.
     pub fn validate(&self) -> Result<(), String> {
         if !(1..=16).contains(&self.devices) {
             return Err(format!(
                 "SimConfig.devices is {}; the simulator models 1 to 16 devices",
                 self.devices
+            ));
+        }
+        if self.driver_reserve >= self.memory_per_device {
+            return Err(format!(
+                "SimConfig.driver_reserve is {} bytes of a {}-byte device, which leaves nothing \
+                 to allocate; give less than memory_per_device",
+                self.driver_reserve, self.memory_per_device
             ));
         }
         if self.memory_per_device == 0 || self.memory_per_device > (1 << 44) {

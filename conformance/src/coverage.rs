@@ -48,6 +48,11 @@ pub struct Coverage {
     /// refused for a configured limit (`PluginLimits::max_held_bytes`, `max_chunks`).
     #[serde(default)]
     pub oom_at_limit: u64,
+    /// Retries after out of memory that failed again where the driver itself, asked directly
+    /// once the manager was reset, could not serve the request either (a GPU keeps memory for
+    /// its page tables and context beyond what `cuMemGetInfo` counts): no finding.
+    #[serde(default)]
+    pub oom_retries_unservable: u64,
     /// Alignments above 256 bytes that requests asked for and got memory, as a mask: bit `k`
     /// is set once a request aligned to `2^k` bytes was served.
     #[serde(default)]
@@ -99,6 +104,7 @@ impl Coverage {
         self.memory_info += o.memory_info;
         self.stats_checked += o.stats_checked;
         self.oom_at_limit += o.oom_at_limit;
+        self.oom_retries_unservable += o.oom_retries_unservable;
         self.alignments_served |= o.alignments_served;
         self.alignments_unsupported |= o.alignments_unsupported;
         self.guest_memory_checked += o.guest_memory_checked;
@@ -195,11 +201,15 @@ impl Coverage {
         let _ = writeln!(
             out,
             "  live high-water: {}; out of memory: {} answer(s), {} checked against upstream calls \
-             ({} at a configured limit); resets: {}; defer scopes: {} (deepest {})",
+             ({} at a configured limit){}; resets: {}; defer scopes: {} (deepest {})",
             self.live_high_water,
             self.oom_answers,
             self.oom_checked,
             self.oom_at_limit,
+            match self.oom_retries_unservable {
+                0 => String::new(),
+                n => format!(", {n} retried request(s) the device itself could not serve"),
+            },
             self.resets,
             self.defer_scopes,
             self.deepest_defer

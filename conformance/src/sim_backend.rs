@@ -20,6 +20,7 @@ pub const SIM_MEMORY: u64 = 80 * GIB;
 pub struct SimBackend {
     memory: u64,
     hardware: bool,
+    driver_reserve: u64,
 }
 
 impl SimBackend {
@@ -28,12 +29,21 @@ impl SimBackend {
         SimBackend {
             memory: SIM_MEMORY,
             hardware: false,
+            driver_reserve: 0,
         }
     }
 
     /// With `bytes` of device memory per machine.
     pub fn with_memory(mut self, bytes: u64) -> Self {
         self.memory = bytes;
+        self
+    }
+
+    /// With machines whose driver keeps `bytes` of each device for itself while
+    /// `cuMemGetInfo` reports them free, as a GPU keeps memory for page tables
+    /// ([`SimConfig::driver_reserve`](emm_sim::SimConfig::driver_reserve)).
+    pub fn with_driver_reserve(mut self, bytes: u64) -> Self {
+        self.driver_reserve = bytes;
         self
     }
 
@@ -63,6 +73,7 @@ impl Backend for SimBackend {
     fn machine(&self, seed: u64) -> Result<Box<dyn Machine>, String> {
         let config = SimConfig::new(seed)
             .memory_per_device(self.memory)
+            .driver_reserve(self.driver_reserve)
             .present_as_hardware(self.hardware);
         let driver = SimDriver::new(config)?;
         // The second process and its doorbell exist from the start, so that the doorbell

@@ -68,9 +68,12 @@ impl State {
     }
 
     /// Accounts `bytes` of device memory on `device`, evicting managed pages and releasing
-    /// free pool blocks when that makes room. On failure returns the bytes available.
+    /// free pool blocks when that makes room. On failure returns the bytes available. The
+    /// driver's own reserve is never handed out, though `cuMemGetInfo` counts it free.
     pub(crate) fn reserve_device(&mut self, device: u32, bytes: u64) -> Result<(), u64> {
-        let limit = self.device_limit(device);
+        let limit = self
+            .device_limit(device)
+            .saturating_sub(self.cfg.driver_reserve);
         let fits = |st: &State| {
             st.devices[device as usize]
                 .used

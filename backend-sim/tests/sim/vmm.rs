@@ -382,6 +382,29 @@ fn injected_faults_and_a_machine_without_vmm() {
     assert!(d.report().is_clean() && no.report().is_clean());
 }
 
+/// The driver's reserve is reported free but never handed out, through `cuMemAlloc` and
+/// `cuMemCreate` alike; a reserve that leaves nothing is refused as a configuration.
+#[test]
+fn the_driver_s_reserve_counts_as_free_but_cannot_be_allocated() {
+    let d = SimDriver::new(
+        SimConfig::new(6)
+            .memory_per_device(64 * MIB)
+            .driver_reserve(3 * MIB),
+    )
+    .unwrap();
+    assert_eq!(d.mem_get_info().unwrap().free, 64 * MIB);
+    assert!(d.mem_alloc(63 << 20).unwrap_err().is_out_of_memory());
+    let h = d.mem_create(60 << 20, D0).unwrap();
+    assert!(d.mem_create(2 << 20, D0).unwrap_err().is_out_of_memory());
+    d.mem_release(h).unwrap();
+    let p = d.mem_alloc(61 << 20).unwrap();
+    d.mem_free(p).unwrap();
+    let e =
+        SimDriver::new(SimConfig::new(6).memory_per_device(MIB).driver_reserve(MIB)).unwrap_err();
+    assert!(e.contains("driver_reserve"), "{e}");
+    assert!(d.report().is_clean());
+}
+
 #[test]
 fn creation_is_device_memory_allocation_and_the_trace_is_deterministic() {
     let run = || {

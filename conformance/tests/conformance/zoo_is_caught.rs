@@ -25,6 +25,7 @@ fn named_check(bug: Bug) -> CheckId {
         Bug::WriteAfterFreeThroughRecycledBlock => CheckId::WritesStayInTheirAllocation,
         Bug::AllocationBehindTheManagersBack => CheckId::OnlyThePluginAllocates,
         Bug::OutOfMemoryWithoutAsking => CheckId::OutOfMemoryIsHonest,
+        Bug::KeepsMemoryOnOutOfMemory => CheckId::OutOfMemoryIsAnError,
     }
 }
 

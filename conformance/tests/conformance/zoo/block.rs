@@ -26,6 +26,9 @@ pub enum Flaw {
     NoStreamWait,
     /// A freed block is scrubbed late, at the next free, after it may have been reused.
     ScrubLate,
+    /// A large request the driver refuses is refused at once: the empty chunk is kept, not
+    /// given back to make room (a reset still gives it back).
+    KeepsChunkOnOutOfMemory,
 }
 
 struct Free {
@@ -133,7 +136,7 @@ impl DeviceMemoryResource for BlockResource {
         let size = (bytes as u64).div_ceil(256).saturating_mul(256);
         if size > LARGE {
             let got = match self.driver.mem_alloc(bytes) {
-                Err(e) if e.is_out_of_memory() => {
+                Err(e) if e.is_out_of_memory() && self.flaw != Flaw::KeepsChunkOnOutOfMemory => {
                     self.release_empty()?;
                     self.driver.mem_alloc(bytes)
                 }

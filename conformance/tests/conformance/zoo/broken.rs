@@ -34,11 +34,14 @@ pub enum Bug {
     /// Answers out of memory for a request over 1 MiB while it has anything live, without
     /// asking the driver (a retry after every allocation is dropped succeeds).
     OutOfMemoryWithoutAsking,
+    /// Keeps its empty chunk when the driver refuses a large request, so that after every
+    /// allocation is dropped the same request still fails (a reset gives the chunk back).
+    KeepsMemoryOnOutOfMemory,
 }
 
 impl Bug {
     /// Every bug class, in a fixed order.
-    pub const ALL: [Bug; 14] = [
+    pub const ALL: [Bug; 15] = [
         Bug::OverlappingAllocations,
         Bug::MisalignedPointers,
         Bug::LeakAtReset,
@@ -53,6 +56,7 @@ impl Bug {
         Bug::WriteAfterFreeThroughRecycledBlock,
         Bug::AllocationBehindTheManagersBack,
         Bug::OutOfMemoryWithoutAsking,
+        Bug::KeepsMemoryOnOutOfMemory,
     ];
 
     /// Whether the bug lives in a [`BlockResource`] under a `HostOnlyManager`, rather than in
@@ -63,6 +67,7 @@ impl Bug {
             Bug::OverlappingAllocations => Some(Flaw::HalfStride),
             Bug::CrossStreamReuseWithoutWaiting => Some(Flaw::NoStreamWait),
             Bug::WriteAfterFreeThroughRecycledBlock => Some(Flaw::ScrubLate),
+            Bug::KeepsMemoryOnOutOfMemory => Some(Flaw::KeepsChunkOnOutOfMemory),
             _ => None,
         }
     }
