@@ -50,7 +50,7 @@ fn exit_status_is_0_on_pass_1_on_a_failed_check_2_when_the_plugin_cannot_run() {
 #[test]
 fn a_replay_from_the_command_line_gives_the_recorded_verdict() {
     register_manager("zoo-leak", Arc::new(ZooFactory(Bug::LeakAtReset))).unwrap();
-    let dir = std::env::temp_dir().join(format!("emm-cli-replay-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("emm-cli-regressions-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let args = format!(
         "check zoo-leak --seed 8 --cases 4 --json --no-verdict --regressions {}",

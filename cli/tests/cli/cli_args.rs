@@ -177,20 +177,31 @@ fn a_real_pytorch_snapshot_replays_with_every_allocation_matched() {
     );
 }
 
+/// A fresh folder and in it `log.csv`, an RMM log of one thread on the default stream whose
+/// rows are `time,action,pointer,size`.
+fn rmm_log(name: &str, rows: &[&str]) -> (std::path::PathBuf, std::path::PathBuf) {
+    let dir = folder(name);
+    let log = dir.join("log.csv");
+    let mut text = String::from("Thread,Time,Action,Pointer,Size,Stream\n");
+    for row in rows {
+        text.push_str(&format!("1,{row},0x0\n"));
+    }
+    std::fs::write(&log, text).unwrap();
+    (dir, log)
+}
+
 /// `emm replay` replays against the pool that holds the least (`pool-vmm-tight`) unless told
 /// otherwise, at the log's pace unless told otherwise.
 #[test]
 fn replay_defaults_to_the_tight_pool_at_the_logs_pace() {
-    let dir = folder("replay-default");
-    let log = dir.join("log.csv");
     // A second between the two events: paced on the simulated GPU, free in wall time.
-    std::fs::write(
-        &log,
-        "Thread,Time,Action,Pointer,Size,Stream\n\
-         1,00:00:00.000001,allocate,0x7f0000000000,4096,0x0\n\
-         1,00:00:01.000001,free,0x7f0000000000,4096,0x0\n",
-    )
-    .unwrap();
+    let (dir, log) = rmm_log(
+        "replay-default",
+        &[
+            "00:00:00.000001,allocate,0x7f0000000000,4096",
+            "00:00:01.000001,free,0x7f0000000000,4096",
+        ],
+    );
     let run = |extra: &str| {
         let mut args = vec![OsStr::new("replay"), log.as_os_str(), OsStr::new("--json")];
         args.extend(os(extra));
@@ -213,20 +224,18 @@ fn replay_defaults_to_the_tight_pool_at_the_logs_pace() {
 /// value it cannot read is refused with the variable named, exit status 2.
 #[test]
 fn replay_s_tight_pool_moves_as_emm_move_share_says() {
-    let dir = folder("replay-move-share");
-    let log = dir.join("log.csv");
     // 64 MiB freed below a live 64 MiB, then a request of 96 MiB: live peaks at 160 MiB.
-    std::fs::write(
-        &log,
-        "Thread,Time,Action,Pointer,Size,Stream\n\
-         1,00:00:00.000001,allocate,0x7f0000000000,67108864,0x0\n\
-         1,00:00:00.000002,allocate,0x7f1000000000,67108864,0x0\n\
-         1,00:00:00.000003,free,0x7f0000000000,67108864,0x0\n\
-         1,00:00:00.000004,allocate,0x7f2000000000,100663296,0x0\n\
-         1,00:00:00.000005,free,0x7f1000000000,67108864,0x0\n\
-         1,00:00:00.000006,free,0x7f2000000000,100663296,0x0\n",
-    )
-    .unwrap();
+    let (dir, log) = rmm_log(
+        "replay-move-share",
+        &[
+            "00:00:00.000001,allocate,0x7f0000000000,67108864",
+            "00:00:00.000002,allocate,0x7f1000000000,67108864",
+            "00:00:00.000003,free,0x7f0000000000,67108864",
+            "00:00:00.000004,allocate,0x7f2000000000,100663296",
+            "00:00:00.000005,free,0x7f1000000000,67108864",
+            "00:00:00.000006,free,0x7f2000000000,100663296",
+        ],
+    );
     let run = |share: &str| {
         Command::new(env!("CARGO_BIN_EXE_emm"))
             .args([OsStr::new("replay"), log.as_os_str(), OsStr::new("--json")])
