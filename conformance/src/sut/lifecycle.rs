@@ -9,7 +9,6 @@ use emm_core::DeviceId;
 
 use super::device::Request;
 use super::{guarded, Finding, Found, Sut, HARNESS};
-
 use crate::assertions::check_for_breach;
 use crate::checks::CheckId;
 use crate::transition::Size;

@@ -4,9 +4,10 @@
 //! [`with_named`] hands a builder of its own type to a [`WithResource`], for work compiled for
 //! that type (`bench::run_named`).
 //!
-//! Their pools take chunks from `cuMemAlloc` (`Backing::Chunks`), not an expandable segment:
-//! the managers built on these chains export memory with `cuIpcGetMemHandle`, which takes
-//! `cuMemAlloc` memory only.
+//! The pools of `pool`, `sharded` and `binning` take chunks from `cuMemAlloc`
+//! (`Backing::Chunks`), which `cuIpcGetMemHandle` exports; `pool-vmm` and `pool-vmm-tight` map
+//! one expandable segment, which it cannot. `pool-vmm-tight` reads its share of the host's time
+//! for moves from [`MOVE_SHARE_ENV_VAR`].
 
 use std::sync::Arc;
 
