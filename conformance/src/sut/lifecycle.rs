@@ -274,7 +274,7 @@ impl Sut {
                 return self.drop_everything();
             }
             Ok(Err(e)) => {
-                if !self.device_serves(bytes)? {
+                if !self.device_serves((bytes as u64).div_ceil(page) * page)? {
                     self.coverage.oom_retries_unservable += 1;
                     return Ok(());
                 }
@@ -302,15 +302,18 @@ impl Sut {
         self.drop_everything()
     }
 
-    /// Whether the driver itself serves `bytes` (`cuMemAlloc`) once the manager is reset, which
-    /// gives everything back (a reset that does not is a finding of its own). A GPU keeps
-    /// memory for its page tables and context beyond what `cuMemGetInfo` counts as used, so a
-    /// request within a few MiB of the free memory may be one no allocator can serve: its
-    /// failure after frees proves nothing.
-    fn device_serves(&mut self, bytes: usize) -> Result<bool, Finding> {
+    /// Whether the driver itself serves `bytes` (`cuMemAlloc`; whole pages, as any allocator
+    /// must take them) once the manager is reset, which gives everything back (a reset that
+    /// does not is a finding of its own). A GPU keeps memory for its page tables and context
+    /// beyond what `cuMemGetInfo` counts as used, so a request within a few MiB of the free
+    /// memory may be one no allocator can serve: its failure after frees proves nothing.
+    fn device_serves(&mut self, bytes: u64) -> Result<bool, Finding> {
         const C: CheckId = CheckId::OutOfMemoryIsAnError;
         self.reset()?;
         let _h = CallerScope::enter(HARNESS);
+        let Ok(bytes) = usize::try_from(bytes) else {
+            return Ok(false);
+        };
         match self.driver.mem_alloc(bytes) {
             Ok(p) => {
                 self.driver
