@@ -57,6 +57,8 @@ struct DeviceStats {
     device: u32,
     #[serde(flatten)]
     stats: Stats,
+    /// Device memory the manager holds from the driver, where it tracks it.
+    held_bytes: Option<u64>,
     context: bool,
     /// The allocation log's health, when the manager logs.
     log: Option<LogStats>,
@@ -93,7 +95,9 @@ struct Report {
 /// The statistics as a JSON object, owned by the caller (free it with `emm_string_free`):
 /// `backend`, `manager`, and for each device the bytes and allocations live now
 /// (`current_bytes`, `current_allocations`), at most at once (`peak_*`) and ever (`total_*`)
-/// through this library, and `log`: `null`, or, when the manager writes an allocation log
+/// through this library, `held_bytes` (device memory the manager holds from the driver now,
+/// handed out or kept for reuse, as PyTorch's reserved bytes; `null` where the manager does
+/// not track it or the device has no context yet), and `log`: `null`, or, when the manager writes an allocation log
 /// (`emm_reinitialize`'s `log_file_name`), `lines_dropped` and `failure` (`null` while the log
 /// is whole); `host_allocations`, `device_buffers`. NULL on failure (see
 /// `emm_last_error_message`).
@@ -104,14 +108,16 @@ pub extern "C" fn emm_stats_json() -> *mut c_char {
         |_| std::ptr::null_mut(),
         || {
             let r = runtime()?;
-            let with_context: Vec<u32> = r.contexts().iter().map(|(d, _)| d.0).collect();
+            let contexts = r.contexts();
             let devices = (0..r.device_count() as i32)
                 .map(|i| {
                     let d = r.device(i)?;
+                    let context = contexts.iter().find(|(c, _)| *c == d);
                     Ok(DeviceStats {
                         device: d.0,
                         stats: r.live(d).stats(),
-                        context: with_context.contains(&d.0),
+                        held_bytes: context.and_then(|(_, c)| c.held_bytes()),
+                        context: context.is_some(),
                         log: r.log(d).map(LogStats::from),
                     })
                 })

@@ -97,7 +97,9 @@ def reinitialize(
 
 def stats() -> Dict[str, Any]:
     """emm's statistics as a dict: ``backend``, ``manager``, and per device the bytes and
-    allocations live now, at most at once (``peak_*``) and ever (``total_*``)."""
+    allocations live now, at most at once (``peak_*``) and ever (``total_*``), and
+    ``held_bytes``: device memory the manager holds from the driver (as PyTorch's reserved
+    bytes; ``None`` where the manager does not track it)."""
     l = _load()
     p = l.emm_stats_json()
     if not p:

@@ -278,6 +278,12 @@ impl<D: Driver> Context<D> {
         self.manager.get_memory_info()
     }
 
+    /// Device memory the manager holds from the driver now, where it tracks it
+    /// ([`MemoryManager::held_bytes`]).
+    pub fn held_bytes(&self) -> Option<u64> {
+        self.manager.held_bytes()
+    }
+
     /// An IPC handle for `memory`, from the manager.
     ///
     /// # Errors

@@ -217,6 +217,13 @@ pub trait MemoryManager: Send + Sync {
         let _ = (memory, stream);
         Err(unsupported_async(self.name(), "memfree_async"))
     }
+
+    /// Device memory the manager holds from the driver now, handed out or kept for reuse
+    /// (PyTorch's reserved bytes), where its resource tracks it (an emm extension, not in
+    /// NBEP 7). The default: `None`.
+    fn held_bytes(&self) -> Option<u64> {
+        None
+    }
 }
 
 fn unsupported_async(manager: &str, operation: &'static str) -> EmmError {
@@ -332,6 +339,9 @@ macro_rules! forward_manager_calls {
             size: usize,
             stream: $crate::StreamId
         ) -> $crate::contract::EmmResult<$crate::contract::MemoryPointer>);
+    };
+    (@one $inner:tt held_bytes) => {
+        $crate::forward_manager_calls!(@pass $inner held_bytes() -> Option<u64>);
     };
     (@one $inner:tt memfree_async) => {
         $crate::forward_manager_calls!(@pass $inner memfree_async(

@@ -242,6 +242,10 @@ impl<R: DeviceMemoryResource + 'static, D: Driver + ?Sized> MemoryManager
         Ok(p)
     }
 
+    fn held_bytes(&self) -> Option<u64> {
+        self.device.resource.held()
+    }
+
     fn get_memory_info(&self) -> EmmResult<MemoryInfo> {
         let r = &self.device.resource;
         if let Some(info) = r.memory_info() {

@@ -172,6 +172,11 @@ impl<Up: DeviceMemoryResource> DeviceMemoryResource for BinningResource<Up> {
         self.upstream.memory_info()
     }
 
+    /// The upstream's: the bins' chunks come from it.
+    fn held(&self) -> Option<u64> {
+        self.upstream.held()
+    }
+
     /// Releases every bin's chunks when the bin has no live block, then the upstream's free
     /// memory.
     fn release(&self) -> MrResult<u64> {

@@ -386,6 +386,11 @@ impl<Up: DeviceMemoryResource> DeviceMemoryResource for FixedSizeResource<Up> {
     fn driver(&self) -> &dyn Driver {
         self.upstream.driver()
     }
+
+    /// The upstream's: the chunks come from it.
+    fn held(&self) -> Option<u64> {
+        self.upstream.held()
+    }
 }
 
 impl<Up: DeviceMemoryResource> Drop for FixedSizeResource<Up> {

@@ -257,6 +257,14 @@ pub trait DeviceMemoryResource: Send + Sync {
     fn chunk_moves(&self) -> Option<u64> {
         None
     }
+
+    /// Device memory the resource holds from its upstream now, handed out or kept for reuse
+    /// (PyTorch's reserved bytes, against its allocated bytes): what a pool costs the device.
+    /// Adaptors and resources that suballocate from a pool pass on the pool's. The default:
+    /// `None`, not tracked (a resource that takes every request from the driver).
+    fn held(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// Checks an alignment request against the largest a resource supports.
@@ -355,6 +363,9 @@ impl<R: DeviceMemoryResource + ?Sized> DeviceMemoryResource for Arc<R> {
     }
     fn driver_backed(&self) -> bool {
         (**self).driver_backed()
+    }
+    fn held(&self) -> Option<u64> {
+        (**self).held()
     }
     fn chunk_moves(&self) -> Option<u64> {
         (**self).chunk_moves()

@@ -287,3 +287,67 @@ fn fixed_size_per_stream_state_is_bounded_over_many_streams() {
     assert!(most <= 128, "{most} streams' stacks kept at once");
     assert_eq!(r.held_bytes(), 2 * MIB, "one chunk reused throughout");
 }
+
+/// `held` is what the device lost to a resource: for every named chain that tracks it, equal
+/// to the driver's used memory since the chain was made, after each step of a walk whose sizes
+/// go up and down on two streams with work on them (the tight pool moving memory, keeping
+/// unmapped handles, waiting for streams before it unmaps), and after a release; `None` for
+/// the chain that takes every request from the driver.
+#[test]
+fn held_is_what_the_driver_counts_used() {
+    for name in [
+        "pool",
+        "pool-vmm",
+        "pool-vmm-tight",
+        "sharded",
+        "arena",
+        "binning",
+        "cuda",
+    ] {
+        let g = gpu();
+        let r = emm_core::mr::named::build(name, g.clone()).unwrap();
+        let free0 = g.mem_get_info().unwrap().free;
+        let used = || free0 - g.mem_get_info().unwrap().free;
+        let expect = |what: &str| {
+            let want = (name != "cuda").then(used);
+            assert_eq!(r.held(), want, "{name}, {what}");
+        };
+        let streams = [S, g.stream_create(true).unwrap()];
+        let mut live: Vec<(emm_core::DevicePtr, usize, StreamId)> = Vec::new();
+        for k in 0..120usize {
+            let s = streams[k % 2];
+            let bytes = ((k * 7919) % 48 + 1) << 20;
+            let p = r.allocate(bytes, s).unwrap();
+            g.memset_d8(p, 1, bytes, Some(s)).unwrap();
+            // The program's own work between requests (virtual time): the tight pool's moves
+            // get their share of it.
+            g.host_sleep(2_000_000);
+            live.push((p, bytes, s));
+            if live.len() > 6 {
+                let (p, bytes, s) = live.remove((k * 31) % live.len());
+                r.deallocate(p, bytes, s).unwrap();
+            }
+            expect(&format!("step {k}"));
+        }
+        if name == "pool-vmm-tight" {
+            let unmaps = g
+                .trace()
+                .iter()
+                .filter(|e| e.call == CallKind::MemUnmap)
+                .count();
+            assert!(
+                unmaps > 0,
+                "the tight pool moved nothing: the walk tests no move"
+            );
+        }
+        for (p, bytes, s) in live.drain(..) {
+            r.deallocate(p, bytes, s).unwrap();
+        }
+        expect("everything freed");
+        g.context_synchronize().unwrap();
+        r.release().unwrap();
+        expect("released");
+        drop(r);
+        g.stream_destroy(streams[1]).unwrap();
+    }
+}

@@ -118,7 +118,7 @@ impl Request {
 /// `(DevicePtr::NULL, 0)` never reach the adaptor's own code; every other allocation and free,
 /// plain or aligned, reaches [`Adaptor::allocate_request`] and [`Adaptor::deallocate_request`]
 /// as one [`Request`], which by default go to the upstream unchanged, as do `memory_info`,
-/// `release` and `driver`; `is_equal` is true only for the same adaptor
+/// `release`, `held` and `driver`; `is_equal` is true only for the same adaptor
 /// object (its state belongs to it); `driver_backed` is false (an adaptor counts, limits or logs
 /// on the way); `chunk_moves` is not counted (`None`).
 ///
@@ -307,6 +307,11 @@ pub trait Adaptor: Send + Sync {
     fn chunk_moves(&self) -> Option<u64> {
         None
     }
+
+    /// As [`DeviceMemoryResource::held`]: the upstream's, by default.
+    fn held(&self) -> Option<u64> {
+        self.upstream().held()
+    }
 }
 
 impl<A: Adaptor> DeviceMemoryResource for A {
@@ -364,6 +369,10 @@ impl<A: Adaptor> DeviceMemoryResource for A {
     #[inline]
     fn chunk_moves(&self) -> Option<u64> {
         Adaptor::chunk_moves(self)
+    }
+    #[inline]
+    fn held(&self) -> Option<u64> {
+        Adaptor::held(self)
     }
 }
 

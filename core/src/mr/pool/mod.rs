@@ -558,6 +558,10 @@ impl<Up: DeviceMemoryResource> DeviceMemoryResource for PoolResource<Up> {
     fn driver(&self) -> &dyn Driver {
         self.upstream.driver()
     }
+
+    fn held(&self) -> Option<u64> {
+        Some(self.held_bytes())
+    }
 }
 
 impl<Up: DeviceMemoryResource> Drop for PoolResource<Up> {

@@ -597,6 +597,11 @@ impl<Up: DeviceMemoryResource, P: ChunkPolicy> DeviceMemoryResource for PerThrea
         Some(self.moves.0.load(Ordering::Relaxed))
     }
 
+    /// The shared pool's: the shards' chunks come from it.
+    fn held(&self) -> Option<u64> {
+        Some(self.shared.held_bytes())
+    }
+
     /// Gives every shard's wholly free chunks back to the shared pool (coalescing frees made
     /// on several streams first, after a context synchronize), then the shared pool's free
     /// chunks to the upstream.
