@@ -97,10 +97,10 @@ struct Report {
 /// (`current_bytes`, `current_allocations`), at most at once (`peak_*`) and ever (`total_*`)
 /// through this library, `held_bytes` (device memory the manager holds from the driver now,
 /// handed out or kept for reuse, as PyTorch's reserved bytes; `null` where the manager does
-/// not track it or the device has no context yet), and `log`: `null`, or, when the manager writes an allocation log
-/// (`emm_reinitialize`'s `log_file_name`), `lines_dropped` and `failure` (`null` while the log
-/// is whole); `host_allocations`, `device_buffers`. NULL on failure (see
-/// `emm_last_error_message`).
+/// not track it or the device has no context yet), and `log`: `null`, or, when the manager
+/// writes an allocation log (`emm_reinitialize`'s `log_file_name`), `lines_dropped` and
+/// `failure` (`null` while the log is whole); `host_allocations`, `device_buffers`. NULL on
+/// failure (see `emm_last_error_message`).
 #[no_mangle]
 pub extern "C" fn emm_stats_json() -> *mut c_char {
     call(
