@@ -166,17 +166,17 @@ impl SimConfig {
                 self.devices
             ));
         }
+        if self.memory_per_device == 0 || self.memory_per_device > (1 << 44) {
+            return Err(format!(
+                "SimConfig.memory_per_device is {} bytes; give 1 byte to 16 TiB",
+                self.memory_per_device
+            ));
+        }
         if self.driver_reserve >= self.memory_per_device {
             return Err(format!(
                 "SimConfig.driver_reserve is {} bytes of a {}-byte device, which leaves nothing \
                  to allocate; give less than memory_per_device",
                 self.driver_reserve, self.memory_per_device
-            ));
-        }
-        if self.memory_per_device == 0 || self.memory_per_device > (1 << 44) {
-            return Err(format!(
-                "SimConfig.memory_per_device is {} bytes; give 1 byte to 16 TiB",
-                self.memory_per_device
             ));
         }
         if !self.granularity.is_power_of_two() || self.granularity < 256 {
@@ -435,6 +435,17 @@ mod tests {
         let mut c = SimConfig::new(1);
         c.granularity = 100;
         assert!(c.validate().unwrap_err().contains("granularity"));
+        let err = SimConfig::new(1)
+            .memory_per_device(0)
+            .validate()
+            .unwrap_err();
+        assert!(err.contains("memory_per_device is 0"), "{err}");
+        let err = SimConfig::new(1)
+            .memory_per_device(MIB)
+            .driver_reserve(MIB)
+            .validate()
+            .unwrap_err();
+        assert!(err.contains("driver_reserve"), "{err}");
         assert!(SimConfig::new(1).validate().is_ok());
     }
 }
