@@ -2,10 +2,11 @@
 benchmarks/traces/gpu-steps.json (every run's step times and memory, the raw data) and
 benchmarks/data/trace-steps.csv (the table the book shows).
 
-usage: python3 benchmarks/scripts/trace_steps.py RUN RESULTS.json...
+usage: python3 benchmarks/scripts/trace_steps.py [--into DIR] RUN RESULTS.json...
    RUN names the row of benchmarks/data/runs.csv the results come from. RESULTS.json are what
    `REPS=N ALLOCATORS="caching pool-vmm-tight" benchmarks/traces/run.sh OUT` wrote, or a
-   gpu-steps.json written before (its runs are kept as they are).
+   gpu-steps.json written before (its runs are kept as they are). --into DIR writes
+   DIR/traces/gpu-steps.json and DIR/data/trace-steps.csv instead (default: benchmarks/).
 
 A workload's steps are the same in every run (record.py seeds them), so the comparison is step
 by step: for each step after the first two (which load kernels and fill pools), the median of
@@ -21,8 +22,6 @@ import statistics
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-RAW = os.path.join(ROOT, "benchmarks", "traces", "gpu-steps.json")
-TABLE = os.path.join(ROOT, "benchmarks", "data", "trace-steps.csv")
 BASELINE = "caching"
 WARM_STEPS = 2
 
@@ -44,9 +43,15 @@ def normalized(run):
 
 
 def main():
-    if len(sys.argv) < 3:
+    args = sys.argv[1:]
+    into = os.path.join(ROOT, "benchmarks")
+    if args[:1] == ["--into"] and len(args) > 1:
+        into, args = args[1], args[2:]
+    if len(args) < 2:
         sys.exit(__doc__)
-    name, files = sys.argv[1], sys.argv[2:]
+    name, files = args[0], args[1:]
+    raw = os.path.join(into, "traces", "gpu-steps.json")
+    table = os.path.join(into, "data", "trace-steps.csv")
     loaded = [json.load(open(f)) for f in files]
     runs = [
         normalized(r)
@@ -55,7 +60,9 @@ def main():
         if "step_seconds" in r
     ]
     runs = [r for r in runs if not str(r["allocator"]).endswith("(recording its trace)")]
-    with open(RAW, "w") as f:
+    for path in (raw, table):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(raw, "w") as f:
         json.dump({"run": name, "runs": runs}, f, indent=None, separators=(",", ":"))
         f.write("\n")
     rows = []
@@ -85,11 +92,11 @@ def main():
                 "held_mib": int(statistics.median(r["held_mib"] for r in rs)),
                 "peak_live_gib": f"{statistics.median(r['peak_live_bytes'] for r in rs) / 2**30:.2f}",
             })
-    with open(TABLE, "w", newline="") as f:
+    with open(table, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    print(f"{len(runs)} runs -> {os.path.relpath(RAW, ROOT)}, {len(rows)} rows -> {os.path.relpath(TABLE, ROOT)}")
+    print(f"{len(runs)} runs -> {raw}, {len(rows)} rows -> {table}")
 
 
 if __name__ == "__main__":

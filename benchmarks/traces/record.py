@@ -212,7 +212,8 @@ def main():
     polled = [int(x) for x in smi.communicate()[0].split() if x.strip().isdigit()]
     out = {
         "workload": a.workload,
-        "allocator": a.allocator,
+        # A run recording its trace is slower: it stands apart from the allocator's own runs.
+        "allocator": a.allocator + (" (recording its trace)" if a.trace else ""),
         "steps": steps,
         "seconds": seconds,
         # The first steps load kernels and fill pools: the median of the rest is the step time.

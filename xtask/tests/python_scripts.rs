@@ -1,8 +1,9 @@
 //! The hardware bundle's Python scripts (`xtask/hardware/python`): their own unittest checks
 //! (the numba-cuda log summary against real unittest output and the committed baselines) and
 //! a syntax check of every script; the run script's syntax and its report (`report.py`) over a
-//! results folder; so a broken script is caught here and not on the GPU machine. Skips, saying
-//! so, when `python3` is absent.
+//! results folder; the benchmarks' scripts (`benchmarks/`): their syntax, and the trace
+//! step comparison over made-up runs; so a broken script is caught here and not on the GPU
+//! machine. Skips, saying so, when `python3` is absent.
 
 use std::path::Path;
 use std::process::Command;
@@ -185,4 +186,71 @@ fn the_cost_model_is_compared_only_where_it_times_every_operation() {
     );
     assert!(md.contains("driver time alone): pool."), "{md}");
     assert!(pool_only.contains("None of them ran here"), "{pool_only}");
+}
+
+/// `benchmarks/scripts/trace_steps.py` compares runs step by step: per step the median over
+/// each allocator's runs, the first two steps left out; the sum of those medians, the median
+/// over steps of the ratio to the caching allocator's, and the median peak held; a run that
+/// recorded its trace (slower) counts for nothing.
+#[test]
+fn the_trace_step_comparison_takes_medians_step_by_step() {
+    if !python3() {
+        eprintln!("skipped: python3 is not installed");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("emm-trace-steps-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let run = |allocator: &str, rep: u32, steps: &str, peak: u32| {
+        format!(
+            r#"{{"workload": "w", "allocator": "{allocator}", "rep": {rep}, "step_seconds": {steps},
+                "smi_used_mib_first": 100, "smi_used_mib_peak": {peak},
+                "peak_live_bytes": 1073741824, "device": "GPU"}}"#
+        )
+    };
+    let runs = [
+        run("caching", 0, "[9, 9, 1.0, 2.0, 3.0]", 1100),
+        run("caching", 1, "[9, 9, 1.0, 2.0, 5.0]", 1300),
+        run("caching", 2, "[9, 9, 1.0, 2.0, 3.0]", 1100),
+        run("pool-vmm-tight", 0, "[9, 9, 1.1, 2.2, 3.3]", 900),
+        run("caching (recording its trace)", 0, "[9, 9, 9, 9, 9]", 5000),
+    ];
+    let benchmarks = Path::new(env!("CARGO_MANIFEST_DIR")).join("../benchmarks");
+    let check = "import ast, pathlib, sys\n\
+                 for d in sys.argv[1:]:\n    for p in sorted(pathlib.Path(d).glob('*.py')):\n        \
+                 ast.parse(p.read_text(), str(p))\n";
+    succeeds(
+        Command::new("python3")
+            .args(["-c", check])
+            .arg(benchmarks.join("scripts"))
+            .arg(benchmarks.join("traces")),
+    );
+    succeeds(
+        Command::new("bash")
+            .arg("-n")
+            .arg(benchmarks.join("traces/run.sh")),
+    );
+    let results = dir.join("results.json");
+    std::fs::write(&results, format!("[{}]", runs.join(","))).unwrap();
+    let script = benchmarks.join("scripts/trace_steps.py");
+    succeeds(
+        Command::new("python3")
+            .arg(script)
+            .arg("--into")
+            .arg(&dir)
+            .args(["test-run", results.to_str().unwrap()]),
+    );
+    let table = std::fs::read_to_string(dir.join("data/trace-steps.csv")).unwrap();
+    assert_eq!(
+        table.replace("\r\n", "\n"),
+        "run,trace,allocator,runs,timed_steps,step_sum_s,step_ratio,held_mib,peak_live_gib\n\
+         test-run,w,caching,3,3,6.000,1.000,1000,1.00\n\
+         test-run,w,pool-vmm-tight,1,3,6.600,1.100,800,1.00\n"
+    );
+    let raw = std::fs::read_to_string(dir.join("traces/gpu-steps.json")).unwrap();
+    assert!(
+        raw.contains("\"run\":\"test-run\"") && !raw.contains("recording"),
+        "{raw}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
