@@ -125,6 +125,7 @@ impl MemoryManager for PluginManager {
         get_ipc_handle,
         reset,
         defer_cleanup,
+        held_bytes,
     );
 
     fn interface_version(&self) -> u32 {

@@ -468,6 +468,12 @@ impl DeviceMemoryResource for PluginResource {
     fn driver(&self) -> &dyn Driver {
         self.upstream.driver()
     }
+
+    /// The bytes of the chunks the host gave the plugin (a quarantined instance's included,
+    /// until emptied): the host's count, not the plugin's word.
+    fn held(&self) -> Option<u64> {
+        Some(self.lock().registry().held_bytes)
+    }
 }
 
 impl Drop for PluginResource {

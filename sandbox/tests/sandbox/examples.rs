@@ -67,6 +67,14 @@ fn allocations_are_aligned_disjoint_and_keep_their_contents() {
         }
         let stats = m.resource().stats().unwrap();
         assert_eq!(stats.live, live.len(), "{name}");
+        // What the manager says it holds is the host's count of the plugin's chunks, which
+        // the driver counts used.
+        assert_eq!(m.held_bytes(), Some(stats.held_bytes), "{name}");
+        assert!(
+            stats.held_bytes >= stats.live_bytes
+                && g.device_memory_used(emm_core::DeviceId(0)) >= stats.held_bytes,
+            "{name}: {stats:?}"
+        );
         assert!(stats.guest.is_some(), "{name} reports its own counters");
         drop(live);
         m.take_device_failures().unwrap();
