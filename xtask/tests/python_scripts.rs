@@ -25,6 +25,14 @@ fn report(dir: &Path) {
     succeeds(Command::new("python3").arg(script).arg(dir));
 }
 
+/// Parses every `.py` file in `dirs` (a syntax check; nothing runs).
+fn parse_all(dirs: &[&Path]) {
+    let check = "import ast, pathlib, sys\n\
+                 for d in sys.argv[1:]:\n    for p in sorted(pathlib.Path(d).glob('*.py')):\n        \
+                 ast.parse(p.read_text(), str(p))\n";
+    succeeds(Command::new("python3").args(["-c", check]).args(dirs));
+}
+
 fn python3() -> bool {
     Command::new("python3")
         .arg("--version")
@@ -46,9 +54,7 @@ fn the_hardware_python_scripts_compile_and_their_checks_pass() {
             .arg(&dir)
             .env("PYTHONDONTWRITEBYTECODE", "1"),
     );
-    let check = "import ast, pathlib, sys\n\
-                 for p in sorted(pathlib.Path(sys.argv[1]).glob('*.py')):\n    ast.parse(p.read_text(), str(p))\n";
-    succeeds(Command::new("python3").args(["-c", check]).arg(&dir));
+    parse_all(&[&dir]);
     for script in [dir.join("run_python.sh"), hardware.join("run.sh")] {
         succeeds(Command::new("bash").arg("-n").arg(script));
     }
@@ -216,15 +222,7 @@ fn the_trace_step_comparison_takes_medians_step_by_step() {
         run("caching (recording its trace)", 0, "[9, 9, 9, 9, 9]", 5000),
     ];
     let benchmarks = Path::new(env!("CARGO_MANIFEST_DIR")).join("../benchmarks");
-    let check = "import ast, pathlib, sys\n\
-                 for d in sys.argv[1:]:\n    for p in sorted(pathlib.Path(d).glob('*.py')):\n        \
-                 ast.parse(p.read_text(), str(p))\n";
-    succeeds(
-        Command::new("python3")
-            .args(["-c", check])
-            .arg(benchmarks.join("scripts"))
-            .arg(benchmarks.join("traces")),
-    );
+    parse_all(&[&benchmarks.join("scripts"), &benchmarks.join("traces")]);
     succeeds(
         Command::new("bash")
             .arg("-n")
