@@ -84,6 +84,29 @@ def empty(*size: int, dtype: Any = torch.float32, device: Any = None) -> Any:
     return t
 
 
+def memory_stats(device: int = 0) -> dict:
+    """What emm knows of ``device``'s memory, under the names ``torch.cuda.memory_stats``
+    uses (which raises for a pluggable allocator: "CUDAPluggableAllocator does not yet support
+    getDeviceStats"): ``allocated_bytes.all.current`` / ``.peak`` / ``.allocated`` and
+    ``allocation.all.current`` / ``.peak`` / ``.allocated`` through emm, and
+    ``reserved_bytes.all.current``, the device memory the manager holds (only where the manager
+    tracks it; emm's default does)."""
+    import emm
+
+    d = next(x for x in emm.stats()["devices"] if x["device"] == device)
+    out = {
+        "allocated_bytes.all.current": d["current_bytes"],
+        "allocated_bytes.all.peak": d["peak_bytes"],
+        "allocated_bytes.all.allocated": d["total_bytes"],
+        "allocation.all.current": d["current_allocations"],
+        "allocation.all.peak": d["peak_allocations"],
+        "allocation.all.allocated": d["total_allocations"],
+    }
+    if d.get("held_bytes") is not None:
+        out["reserved_bytes.all.current"] = d["held_bytes"]
+    return out
+
+
 @contextlib.contextmanager
 def record_snapshot(path: str, max_entries: int = 10_000_000) -> Iterator[None]:
     """Records every CUDA allocation and free of the block with PyTorch's memory history and

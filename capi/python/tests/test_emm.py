@@ -421,6 +421,25 @@ class TorchAllocator(unittest.TestCase):
             mod.check()
         mod.check()  # forgotten after the first report
 
+    def test_memory_stats_speak_pytorch_s_names(self):
+        fakes.install_torch()
+        sys.modules.pop("emm.torch", None)
+        mod = importlib.import_module("emm.torch")
+        emm.configure(None)  # the default, pool-vmm-tight: it says what it holds
+        lib = emm._lib.lib()
+        p = ctypes.c_void_p()
+        self.assertEqual(lib.emm_alloc(3 << 20, 1, None, ctypes.byref(p)), 0)
+        s = mod.memory_stats(1)
+        self.assertGreaterEqual(s["allocated_bytes.all.current"], 3 << 20)
+        self.assertGreaterEqual(s["allocation.all.current"], 1)
+        self.assertGreaterEqual(s["reserved_bytes.all.current"], s["allocated_bytes.all.current"])
+        self.assertEqual(lib.emm_free(p, None), 0)
+        self.assertGreaterEqual(mod.memory_stats(1)["reserved_bytes.all.current"], 3 << 20)
+        emm.configure("default")  # cuMemAlloc per request: nothing held to report
+        self.assertEqual(lib.emm_alloc(4096, 1, None, ctypes.byref(p)), 0)
+        self.assertNotIn("reserved_bytes.all.current", mod.memory_stats(1))
+        self.assertEqual(lib.emm_free(p, None), 0)
+
     def test_record_snapshot_writes_what_emm_replay_reads(self):
         import gzip
         import pickle
