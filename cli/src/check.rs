@@ -20,6 +20,7 @@ use emm_conformance::config::{seed_from, Config, ProgressFn, DEFAULT_REGRESSIONS
 use emm_conformance::replay::load;
 use emm_conformance::runner::replay;
 use emm_conformance::verdict::record_of;
+use emm_conformance::Report;
 
 /// Runs `emm check`; `quiet` draws no progress bar.
 pub fn run(args: CheckArgs, quiet: bool) -> i32 {
@@ -241,7 +242,15 @@ fn check(loading: &Plugin, mut config: Config, out: &Output) -> i32 {
             Err(e) => eprintln!("emm check: warning: the verdict was not recorded: {e}"),
         }
     }
-    if report.error.is_some() {
+    exit_status(&report)
+}
+
+/// 1 when a check failed, even if the run then stopped (a device fault ends a GPU run while
+/// the failure it found is shortened); else 2 when the run stopped; else 0 or 1.
+fn exit_status(report: &Report) -> i32 {
+    if report.checks.iter().any(|c| c.failure.is_some()) {
+        EXIT_FAIL
+    } else if report.error.is_some() {
         EXIT_CANNOT_RUN
     } else if report.passed {
         EXIT_PASS
@@ -331,5 +340,36 @@ fn replay_file(
         EXIT_FAIL
     } else {
         EXIT_PASS
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use emm_conformance::report::Failure;
+
+    #[test]
+    fn a_failure_found_before_the_run_stopped_exits_as_a_failure() {
+        let factory = resolve_plugin("pool").unwrap();
+        let passing = emm_conformance::check(&*factory, &Config::new(1).depth(1, 4));
+        assert_eq!(exit_status(&passing), EXIT_PASS);
+        let mut stopped = passing.clone();
+        stopped.passed = false;
+        stopped.error = Some("cannot create a stream: CUDA_ERROR_ILLEGAL_ADDRESS".into());
+        assert_eq!(exit_status(&stopped), EXIT_CANNOT_RUN);
+        let mut failed = stopped.clone();
+        failed.checks[0].failure = Some(Failure {
+            message: "reading back allocation #3 failed".into(),
+            seed: 1,
+            case: 5,
+            step: 51,
+            ops: vec!["memalloc(1 B)".into()],
+            regression: None,
+            replay: String::new(),
+            rerun: String::new(),
+        });
+        assert_eq!(exit_status(&failed), EXIT_FAIL);
+        failed.error = None;
+        assert_eq!(exit_status(&failed), EXIT_FAIL);
     }
 }

@@ -238,7 +238,7 @@ fn run_fixed(
     if claim(found, finding.check, index) {
         let (ops, runs) = (ops.to_vec(), config.shrink_runs);
         let shortened = remove_steps(factory, backend, machine_seed, ops, finding, runs);
-        keep(found, index, machine_seed, shortened);
+        keep_shrunk(found, index, machine_seed, shortened)?;
     }
     Ok(coverage)
 }
@@ -271,7 +271,19 @@ fn run_random(
         while runs < config.shrink_runs {
             runs += 1;
             let candidate = tree.current();
-            match run_case(factory, backend, machine_seed, &candidate)? {
+            let result = match run_case(factory, backend, machine_seed, &candidate) {
+                Ok(r) => r,
+                Err(e) => {
+                    let stopped = Shrunk {
+                        ops: best,
+                        finding,
+                        stopped: Some(e),
+                    };
+                    keep_shrunk(found, index, machine_seed, stopped)?;
+                    return Ok(coverage);
+                }
+            };
+            match result {
                 Some(f) if f.check == finding.check => {
                     best = candidate;
                     finding = f;
@@ -289,8 +301,38 @@ fn run_random(
     }
     let left = config.shrink_runs.saturating_sub(runs);
     let shortened = remove_steps(factory, backend, machine_seed, best, finding, left);
-    keep(found, index, machine_seed, shortened);
+    keep_shrunk(found, index, machine_seed, shortened)?;
     Ok(coverage)
+}
+
+/// A failing case as far as it was shortened, and what stopped the shortening early, if
+/// anything did: a case that cannot be set up (on a GPU, a device fault leaves the context
+/// unusable, so no later case can run).
+struct Shrunk {
+    ops: Vec<Op>,
+    finding: Finding,
+    stopped: Option<SetupError>,
+}
+
+/// Keeps `shrunk` (see [`keep`]); the error that stopped it, if any, ends the run with the
+/// failure still reported.
+fn keep_shrunk(
+    found: &Mutex<BTreeMap<CheckId, Found>>,
+    case: usize,
+    machine_seed: u64,
+    shrunk: Shrunk,
+) -> Result<(), SetupError> {
+    let check = shrunk.finding.check;
+    keep(found, case, machine_seed, (shrunk.ops, shrunk.finding));
+    match shrunk.stopped {
+        None => Ok(()),
+        Some(SetupError(e)) => Err(SetupError(format!(
+            "{e}; this happened while shortening case {case}'s failure of {}, which is reported \
+             as far as it was shortened (a device fault leaves a GPU's context unusable, so no \
+             later case can run)",
+            check.name()
+        ))),
+    }
 }
 
 /// Removes one step at a time while the same check still fails (a last pass after
@@ -302,18 +344,26 @@ fn remove_steps(
     mut ops: Vec<Op>,
     mut finding: Finding,
     mut budget: usize,
-) -> (Vec<Op>, Finding) {
+) -> Shrunk {
     let mut i = ops.len();
     while i > 0 && budget > 0 {
         i -= 1;
         budget -= 1;
         let mut candidate = ops.clone();
         candidate.remove(i);
-        if let Ok(Some(f)) = run_case(factory, backend, machine_seed, &candidate) {
-            if f.check == finding.check {
+        match run_case(factory, backend, machine_seed, &candidate) {
+            Ok(Some(f)) if f.check == finding.check => {
                 ops = candidate;
                 finding = f;
                 i = i.min(ops.len());
+            }
+            Ok(_) => {}
+            Err(e) => {
+                return Shrunk {
+                    ops,
+                    finding,
+                    stopped: Some(e),
+                }
             }
         }
     }
@@ -329,30 +379,37 @@ fn small_picks(
     mut ops: Vec<Op>,
     mut finding: Finding,
     mut budget: usize,
-) -> (Vec<Op>, Finding) {
+) -> Shrunk {
+    let done = |ops, finding, stopped| Shrunk {
+        ops,
+        finding,
+        stopped,
+    };
     for i in 0..ops.len() {
         let Some(current) = ops[i].pick_mut().map(|p| *p) else {
             continue;
         };
         for small in 0..current.min(4) {
             if budget == 0 {
-                return (ops, finding);
+                return done(ops, finding, None);
             }
             budget -= 1;
             let mut candidate = ops.clone();
             if let Some(p) = candidate[i].pick_mut() {
                 *p = small;
             }
-            if let Ok(Some(f)) = run_case(factory, backend, machine_seed, &candidate) {
-                if f.check == finding.check {
+            match run_case(factory, backend, machine_seed, &candidate) {
+                Ok(Some(f)) if f.check == finding.check => {
                     ops = candidate;
                     finding = f;
                     break;
                 }
+                Ok(_) => {}
+                Err(e) => return done(ops, finding, Some(e)),
             }
         }
     }
-    (ops, finding)
+    done(ops, finding, None)
 }
 
 fn failure(plugin: &str, backend: &dyn Backend, config: &Config, f: Found) -> Failure {

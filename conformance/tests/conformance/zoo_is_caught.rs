@@ -1,9 +1,12 @@
 //! Proof that the suite catches bugs: each plugin of the zoo fails the check named for its
 //! bug, and the zoo's correct control passes everything.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
 use crate::zoo;
 
-use emm_conformance::{check, CheckId, Config};
+use emm_conformance::{check, Backend, CheckId, Config, Machine, Observes, SimBackend};
 use zoo::wasm::WasmBug;
 use zoo::{Bug, ZooFactory};
 
@@ -128,4 +131,70 @@ fn every_broken_plugin_is_caught_by_the_check_named_for_its_bug() {
 fn the_zoo_s_correct_control_passes_everything() {
     let report = check(&ZooFactory(Bug::None), &config());
     assert!(report.passed, "{}", report.to_table(false));
+}
+
+/// The simulator, whose machines run out after `left` cases, as a GPU's do after a device
+/// fault: the context is lost, and no later case can start.
+struct LostAfter {
+    sim: SimBackend,
+    left: AtomicUsize,
+}
+
+impl Backend for LostAfter {
+    fn name(&self) -> &'static str {
+        "sim"
+    }
+
+    fn observes(&self) -> Observes {
+        self.sim.observes()
+    }
+
+    fn machine(&self, seed: u64) -> Result<Box<dyn Machine>, String> {
+        let take = |n: usize| n.checked_sub(1);
+        if self
+            .left
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, take)
+            .is_err()
+        {
+            return Err("cannot create a stream: CUDA_ERROR_ILLEGAL_ADDRESS (700)".into());
+        }
+        self.sim.machine(seed)
+    }
+}
+
+#[test]
+fn a_failure_the_machine_cannot_shorten_is_still_reported() {
+    let bug = Bug::OverlappingAllocations;
+    let want = named_check(bug);
+    let config = || config().threads(1);
+    let whole = check(&ZooFactory(bug), &config());
+    let first = whole.result(want).unwrap().failure.clone().unwrap();
+    // One machine a case up to the failing one, then `runs` of its shortening: either the
+    // shortening is cut short, and the error says so, or it ends as without the fault.
+    let mut cut_short = 0;
+    for runs in [0, 1, 2, 5, 40] {
+        let backend = Arc::new(LostAfter {
+            sim: SimBackend::new(),
+            left: AtomicUsize::new(first.case + 1 + runs),
+        });
+        let report = check(&ZooFactory(bug), &config().backend(backend));
+        let failure = report.result(want).and_then(|r| r.failure.clone());
+        let failure = failure.unwrap_or_else(|| {
+            panic!(
+                "{runs} runs: the failure was lost\n{}",
+                report.to_table(false)
+            )
+        });
+        assert_eq!(failure.case, first.case, "{runs} runs");
+        assert!(!report.passed, "{runs} runs");
+        let error = report.error.unwrap_or_default();
+        assert!(error.contains("ILLEGAL_ADDRESS"), "{runs} runs: {error}");
+        let shortening = format!("shortening case {}'s failure of {want}", first.case);
+        if error.contains(&shortening) {
+            cut_short += 1;
+        } else {
+            assert_eq!(failure.ops, first.ops, "{runs} runs: {error}");
+        }
+    }
+    assert!(cut_short >= 2, "only {cut_short} runs were cut short");
 }
