@@ -130,6 +130,32 @@ impl Alloc {
     }
 }
 
+impl Alloc {
+    /// The remembered accesses to `from..from + len`, as if made to `to..to + len`.
+    pub(crate) fn accesses_moved(&self, from: u64, to: u64, len: u64) -> Vec<Access> {
+        self.accesses
+            .iter()
+            .filter(|a| a.start < from + len && from < a.end)
+            .map(|a| Access {
+                start: a.start.max(from) - from + to,
+                end: a.end.min(from + len) - from + to,
+                ..a.clone()
+            })
+            .collect()
+    }
+
+    /// Remembers `seen` as earlier accesses (the oldest forgotten past the bound).
+    pub(crate) fn remember(&mut self, seen: Vec<Access>) {
+        self.accesses.extend(seen);
+        let memory = match self.kind {
+            AllocKind::Reserved(_) => 16 * ACCESS_MEMORY,
+            _ => ACCESS_MEMORY,
+        };
+        let over = self.accesses.len().saturating_sub(memory);
+        self.accesses.drain(..over);
+    }
+}
+
 /// The live allocations by base address, and the recently freed ones.
 ///
 /// Invariants: live allocations never overlap (each spans `size.max(1)` bytes from its base);

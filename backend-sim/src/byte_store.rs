@@ -110,6 +110,21 @@ impl ByteStore {
         }
     }
 
+    /// Copies the stored bytes of `len` bytes at `from` to `to` (both [`CHUNK`] aligned),
+    /// replacing what `to` held.
+    pub(crate) fn copy_range(&mut self, from: u64, to: u64, len: u64) {
+        if !self.track {
+            return;
+        }
+        self.poison(to, len);
+        let copies: Vec<(u64, Box<[u8]>)> = self
+            .chunks
+            .range(from..from + len)
+            .map(|(&k, c)| (to + (k - from), c.clone()))
+            .collect();
+        self.chunks.extend(copies);
+    }
+
     /// Moves the stored bytes of `len` bytes at `from` to `to` (both [`CHUNK`] aligned).
     pub(crate) fn move_range(&mut self, from: u64, to: u64, len: u64) {
         if !self.track {

@@ -136,6 +136,6 @@ pub(crate) struct Phys {
     pub(crate) caller: &'static str,
     /// Where its bytes are kept while it is not mapped.
     pub(crate) store: u64,
-    /// The address of its one mapping, if mapped.
-    pub(crate) mapped_at: Option<u64>,
+    /// The addresses it is mapped at, the first holding its bytes (none: `store` does).
+    pub(crate) mapped_at: Vec<u64>,
 }

@@ -9,9 +9,11 @@
 //! was unmapped is a use after free, one never mapped is out of bounds.
 //!
 //! Physical memory counts against its device from `cuMemCreate` to `cuMemRelease`. Its bytes
-//! live at its mapping's addresses while mapped and move to a store of their own while not, so
-//! they survive being mapped again elsewhere. A handle has at most one mapping at a time: CUDA
-//! allows aliases, emm never makes them, and the simulator refuses them rather than model them.
+//! live at its first mapping's addresses while mapped and move to a store of their own while
+//! not, so they survive being mapped again elsewhere. A handle may be mapped at several
+//! addresses at once, as CUDA allows: a new mapping gets a copy of the bytes and of the
+//! accesses remembered at the first, so that a user of the new address not ordered after a
+//! user of the old one is a race (the bytes of two mappings part only through such a race).
 //!
 //! Misuse is refused with the error CUDA gives (or, where CUDA would defer or guess, with
 //! `ILLEGAL_STATE`) and recorded as a violation: releasing mapped memory, freeing a reservation
@@ -142,7 +144,7 @@ impl State {
             process: p,
             caller: self.caller,
             store,
-            mapped_at: None,
+            mapped_at: Vec::new(),
         };
         self.vmm.insert(handle, phys);
         self.charge(p, self.cfg.costs.vmm_create_ns(granules));
@@ -165,7 +167,7 @@ impl State {
 
     pub(crate) fn mem_release(&mut self, p: u32, handle: u64) -> DriverResult<()> {
         let (size, device, store, mapped_at) = match self.phys_of(p, handle) {
-            Ok(ph) => (ph.size, ph.device, ph.store, ph.mapped_at),
+            Ok(ph) => (ph.size, ph.device, ph.store, ph.mapped_at.first().copied()),
             Err(e) => {
                 let (call, caller) = (self.call.name(), self.caller);
                 let why = "not live physical memory (double release, or a foreign handle)";
@@ -219,9 +221,9 @@ impl State {
                 format!("{ptr:#x} is not aligned to the allocation granularity"),
             ));
         }
-        let (phys_size, store, mapped_at) = {
+        let (phys_size, store, first) = {
             let ph = self.phys_of(p, handle)?;
-            (ph.size, ph.store, ph.mapped_at)
+            (ph.size, ph.store, ph.mapped_at.first().copied())
         };
         if size > phys_size {
             return Err(self.err(
@@ -230,15 +232,6 @@ impl State {
                     "{} asked of phys:{handle:#x}, which has {}",
                     Bytes(size),
                     Bytes(phys_size)
-                ),
-            ));
-        }
-        if let Some(at) = mapped_at {
-            return Err(self.err(
-                CudaCode::NOT_SUPPORTED,
-                format!(
-                    "phys:{handle:#x} is already mapped at {at:#x}; the simulator keeps one \
-                     mapping per physical allocation (CUDA allows aliases, emm makes none)"
                 ),
             ));
         }
@@ -262,9 +255,29 @@ impl State {
             r.forget_unmapped(ptr, end);
         }
         if let Some(ph) = self.vmm.get_mut(handle) {
-            ph.mapped_at = Some(ptr);
+            ph.mapped_at.push(ptr);
         }
-        self.contents.move_range(store, ptr, size);
+        match first {
+            // An alias: the bytes and the accesses of the first mapping, over the same size.
+            Some(at) => {
+                let (len, seen) = match self.allocs.containing(at) {
+                    Some((_, a)) => {
+                        let first = match &a.kind {
+                            AllocKind::Reserved(r) => r.mappings.get(&at).map_or(0, |m| m.size),
+                            _ => 0,
+                        };
+                        let len = size.min(first);
+                        (len, a.accesses_moved(at, ptr, len))
+                    }
+                    None => (0, Vec::new()),
+                };
+                self.contents.copy_range(at, ptr, len);
+                if let Some(a) = self.allocs.get_mut(base) {
+                    a.remember(seen);
+                }
+            }
+            None => self.contents.move_range(store, ptr, size),
+        }
         self.charge(p, self.cfg.costs.vmm_map_ns);
         Ok(())
     }
@@ -305,12 +318,14 @@ impl State {
             Accessor::Host,
         );
         for (at, m) in whole {
-            let store = self.vmm.get_mut(m.handle).map(|ph| {
-                ph.mapped_at = None;
-                ph.store
+            // The bytes go to the store with the last mapping; another mapping keeps its own.
+            let store = self.vmm.get_mut(m.handle).and_then(|ph| {
+                ph.mapped_at.retain(|&a| a != at);
+                ph.mapped_at.is_empty().then_some(ph.store)
             });
-            if let Some(store) = store {
-                self.contents.move_range(at, store, m.size);
+            match store {
+                Some(store) => self.contents.move_range(at, store, m.size),
+                None => self.contents.poison(at, m.size),
             }
             if let Some(r) = self.allocs.reservation_mut(base) {
                 r.mappings.remove(&at);

@@ -161,8 +161,8 @@ fn misuse_is_refused_with_the_code_and_reported() {
     let code = |r: emm_core::DriverResult<()>| r.unwrap_err().code;
     assert_eq!(
         code(d.mem_map(base, G, h)),
-        CudaCode::NOT_SUPPORTED,
-        "one mapping per handle"
+        CudaCode::ALREADY_MAPPED,
+        "a handle again where it is mapped"
     );
     let h2 = d.mem_create(2 * G, D0).unwrap();
     assert_eq!(
@@ -287,6 +287,85 @@ fn misuse_is_refused_with_the_code_and_reported() {
         })
         .count();
     assert_eq!(refusals, 8, "{r}");
+}
+
+#[test]
+fn a_handle_mapped_twice_shows_its_bytes_at_both_and_goes_back_after_both() {
+    let d = sim();
+    let (base, hs) = mapped(&d, 4, 1);
+    let data: Vec<u8> = (0..G).map(|i| (i % 241) as u8).collect();
+    d.memcpy_htod(base, &data, None).unwrap();
+    let alias = base.offset(2 * G as u64);
+    d.mem_map(alias, G, hs[0]).unwrap();
+    d.mem_set_access(alias, G, D0).unwrap();
+    assert_eq!(d.device_memory_used(D0), G as u64, "one physical allocation");
+    let mut back = vec![0; G];
+    d.memcpy_dtoh(&mut back, alias, None).unwrap();
+    assert_eq!(back, data, "the second mapping shows the bytes");
+    assert_eq!(
+        d.mem_release(hs[0]).unwrap_err().code,
+        CudaCode::ILLEGAL_STATE,
+        "still mapped twice"
+    );
+    d.mem_unmap(base, G).unwrap();
+    assert_eq!(
+        d.mem_release(hs[0]).unwrap_err().code,
+        CudaCode::ILLEGAL_STATE,
+        "still mapped once"
+    );
+    d.memcpy_dtoh(&mut back, alias, None).unwrap();
+    assert_eq!(back, data, "the first unmapped, the second keeps the bytes");
+    assert!(d.memcpy_dtoh(&mut back[..8], base, None).is_err(), "unmapped");
+    d.mem_unmap(alias, G).unwrap();
+    d.mem_map(base.offset(G as u64), G, hs[0]).unwrap();
+    d.mem_set_access(base.offset(G as u64), G, D0).unwrap();
+    d.memcpy_dtoh(&mut back, base.offset(G as u64), None)
+        .unwrap();
+    assert_eq!(back, data, "unmapped from both, the bytes wait in the store");
+    d.mem_unmap(base.offset(G as u64), G).unwrap();
+    d.mem_release(hs[0]).unwrap();
+    d.mem_address_free(base, 4 * G).unwrap();
+    assert_eq!(d.device_memory_used(D0), 0);
+    let r = d.report();
+    assert_eq!(
+        r.violations.len(),
+        3,
+        "the two refused releases and the read of the unmapped first: {r}"
+    );
+}
+
+#[test]
+fn a_second_mapping_s_user_must_be_ordered_after_the_first_s() {
+    let d = sim();
+    let (a, b) = (
+        d.stream_create(true).unwrap(),
+        d.stream_create(true).unwrap(),
+    );
+    let (base, hs) = mapped(&d, 4, 1);
+    let alias = base.offset(2 * G as u64);
+    // Stream a still writes the first mapping when the handle is mapped again.
+    d.device_access(base, 4096, a, true).unwrap();
+    d.mem_map(alias, G, hs[0]).unwrap();
+    d.mem_set_access(alias, G, D0).unwrap();
+    d.device_access(alias.offset(1024), 64, b, true).unwrap();
+    assert_eq!(d.report().races().count(), 1, "{}", d.report());
+    // Ordered after a's write, b's use of the second mapping is no race.
+    let e = d.event_create().unwrap();
+    d.event_record(e, a).unwrap();
+    d.stream_wait_event(b, e).unwrap();
+    d.device_access(alias, 4096, b, true).unwrap();
+    assert_eq!(d.report().races().count(), 1, "ordered: no new race");
+    // The first mapping goes once the host has seen a's work done.
+    d.event_synchronize(e).unwrap();
+    d.mem_unmap(base, G).unwrap();
+    assert_eq!(d.report().races().count(), 1, "waited for: no race");
+    d.context_synchronize().unwrap();
+    d.mem_unmap(alias, G).unwrap();
+    d.mem_release(hs[0]).unwrap();
+    d.mem_address_free(base, 4 * G).unwrap();
+    d.event_destroy(e).unwrap();
+    d.stream_destroy(a).unwrap();
+    d.stream_destroy(b).unwrap();
 }
 
 #[test]
