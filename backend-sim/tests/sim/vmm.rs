@@ -298,7 +298,11 @@ fn a_handle_mapped_twice_shows_its_bytes_at_both_and_goes_back_after_both() {
     let alias = base.offset(2 * G as u64);
     d.mem_map(alias, G, hs[0]).unwrap();
     d.mem_set_access(alias, G, D0).unwrap();
-    assert_eq!(d.device_memory_used(D0), G as u64, "one physical allocation");
+    assert_eq!(
+        d.device_memory_used(D0),
+        G as u64,
+        "one physical allocation"
+    );
     let mut back = vec![0; G];
     d.memcpy_dtoh(&mut back, alias, None).unwrap();
     assert_eq!(back, data, "the second mapping shows the bytes");
@@ -315,13 +319,19 @@ fn a_handle_mapped_twice_shows_its_bytes_at_both_and_goes_back_after_both() {
     );
     d.memcpy_dtoh(&mut back, alias, None).unwrap();
     assert_eq!(back, data, "the first unmapped, the second keeps the bytes");
-    assert!(d.memcpy_dtoh(&mut back[..8], base, None).is_err(), "unmapped");
+    assert!(
+        d.memcpy_dtoh(&mut back[..8], base, None).is_err(),
+        "unmapped"
+    );
     d.mem_unmap(alias, G).unwrap();
     d.mem_map(base.offset(G as u64), G, hs[0]).unwrap();
     d.mem_set_access(base.offset(G as u64), G, D0).unwrap();
     d.memcpy_dtoh(&mut back, base.offset(G as u64), None)
         .unwrap();
-    assert_eq!(back, data, "unmapped from both, the bytes wait in the store");
+    assert_eq!(
+        back, data,
+        "unmapped from both, the bytes wait in the store"
+    );
     d.mem_unmap(base.offset(G as u64), G).unwrap();
     d.mem_release(hs[0]).unwrap();
     d.mem_address_free(base, 4 * G).unwrap();

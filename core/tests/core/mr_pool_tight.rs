@@ -322,3 +322,57 @@ fn a_mapping_refused_part_of_the_way_keeps_no_handle() {
     p.deallocate(all, (960 * MIB) as usize, S).unwrap();
     p.check().unwrap();
 }
+
+/// A move while the stream still uses the memory it takes: the request maps the holes'
+/// handles where it goes (a second mapping of them) ordered after the stream's work, on the
+/// same stream or another, and the host waits for nothing; the holes go once the work is done.
+#[test]
+fn a_move_lends_a_busy_stream_s_holes_without_waiting_for_it() {
+    for other in [false, true] {
+        let g = Arc::new(SimDriver::new(SimConfig::new(5).memory_per_device(GIB)).unwrap());
+        let lane = g.stream_create(true).unwrap();
+        let to = if other { lane } else { S };
+        let p = pool(&g);
+        let m = 32 * MIB as usize;
+        let blocks: Vec<DevicePtr> = (0..4).map(|_| p.allocate(m, S).unwrap()).collect();
+        // Kernels on S write every block: S runs far behind the host.
+        for &b in &blocks {
+            g.device_access(b, m, S, true).unwrap();
+        }
+        p.deallocate(blocks[0], m, S).unwrap();
+        p.deallocate(blocks[2], m, S).unwrap();
+        let mark = g.trace().len();
+        // Two free blocks of 32 MiB, no 64 MiB range: memory moves.
+        let c = p.allocate(2 * m, to).unwrap();
+        g.device_access(c, 2 * m, to, true).unwrap();
+        let calls: Vec<CallKind> = g.trace()[mark..].iter().map(|e| e.call).collect();
+        let count = |k: CallKind| calls.iter().filter(|&&c| c == k).count();
+        assert!(
+            count(CallKind::MemMap) > 0,
+            "other {other}: nothing moved: {calls:?}"
+        );
+        assert_eq!(
+            count(CallKind::EventSynchronize),
+            0,
+            "other {other}: {calls:?}"
+        );
+        assert_eq!(count(CallKind::MemCreate), 0, "other {other}: {calls:?}");
+        assert_eq!(
+            count(CallKind::StreamWaitEvent) > 0,
+            other,
+            "other {other}: the request's stream waits for the holes' event: {calls:?}"
+        );
+        assert_eq!(g.device_memory_used(D0), 4 * m as u64, "other {other}");
+        assert_eq!(p.held_bytes(), 4 * m as u64, "other {other}");
+        p.check().unwrap();
+        g.context_synchronize().unwrap();
+        p.deallocate(c, 2 * m, to).unwrap();
+        p.deallocate(blocks[1], m, S).unwrap();
+        p.deallocate(blocks[3], m, S).unwrap();
+        p.release().unwrap();
+        assert_eq!(g.device_memory_used(D0), 0, "other {other}");
+        drop(p);
+        g.stream_destroy(lane).unwrap();
+        assert!(g.report().is_clean(), "other {other}: {}", g.report());
+    }
+}

@@ -70,6 +70,15 @@ pub(crate) struct SegmentMaps {
     /// has no maximum; released by [`ExpandableSegment::release_free`], when the device is
     /// short, and on destroy. `None` where the segment gives nothing back before it maps.
     pub(super) spare: Option<Vec<(PhysHandle, u64)>>,
+    /// Handles of holes still mapped, lent to requests (`unmap`'s lending), with their
+    /// batch's event and stream and their sizes: mapped where a request goes before any spare
+    /// or new handle, its stream first made to wait for the event. Those no request took
+    /// become spares when their hole is unmapped.
+    pub(super) lent: Vec<(EventId, StreamId, PhysHandle, u64)>,
+    /// Lent handles a request took, with their sizes: mapped at a hole and where the request
+    /// went both, until one of the two is unmapped (counted once in
+    /// [`ExpandableSegment::mapped`]).
+    pub(super) taken: Vec<(PhysHandle, u64)>,
 }
 
 /// The size of a segment, which sits in the pool's state: the pool's fast paths are compiled
@@ -130,6 +139,8 @@ impl ExpandableSegment {
                 spare_events: Vec::new(),
                 holes: Holes::default(),
                 spare: None,
+                lent: Vec::new(),
+                taken: Vec::new(),
             }),
         })
     }
@@ -149,9 +160,10 @@ impl ExpandableSegment {
         self.more.policy.gives_back
     }
 
-    /// Bytes mapped.
+    /// Bytes of physical memory mapped (a handle mapped at two addresses counts once).
     pub(crate) fn mapped(&self) -> u64 {
-        self.more.maps.mapped()
+        let aliased: u64 = self.more.taken.iter().map(|&(_, n)| n).sum();
+        self.more.maps.mapped() - aliased
     }
 
     /// Grows the segment so that `slot`'s wilderness in `heap` holds at least `size` bytes:
@@ -200,7 +212,7 @@ impl ExpandableSegment {
         // mapped is always recorded.
         heap.reserve_records(2).map_err(GrowError::Records)?;
         let start = self.end;
-        self.map_range(driver, start, bytes)
+        self.map_range(driver, start, bytes, heap.stream_of(slot))
             .map_err(GrowError::Driver)?;
         self.end += bytes;
         if heap.chunks().is_empty() {
@@ -211,12 +223,15 @@ impl ExpandableSegment {
         .map_err(GrowError::Records)
     }
 
-    /// Bytes of the spare handles: unmapped, kept to be mapped again.
+    /// Bytes of the spare handles (unmapped, kept to be mapped again) and of the lent ones no
+    /// request took (mapped only at holes, which the heap no longer counts).
     pub(crate) fn spare_bytes(&self) -> u64 {
-        self.more
+        let spare: u64 = self
+            .more
             .spare
             .as_ref()
-            .map_or(0, |s| s.iter().map(|&(_, n)| n).sum())
+            .map_or(0, |s| s.iter().map(|&(_, n)| n).sum());
+        spare + self.more.lent.iter().map(|&(.., n)| n).sum::<u64>()
     }
 
     /// The size of `slot`'s wilderness in `heap` (0 when another slot has it, or none is).
@@ -264,24 +279,31 @@ impl ExpandableSegment {
         driver: &dyn Driver,
         start: u64,
         bytes: u64,
+        stream: StreamId,
     ) -> DriverResult<()> {
         let each = handle_bytes(bytes, self.granularity);
         let mut made = || -> DriverResult<()> {
             let mut at = start;
             while at < start + bytes {
                 let left = start + bytes - at;
-                let (h, n) = match self.take_spare(left) {
+                let (h, n, lent) = match self.take_spare(driver, left, stream) {
                     Some(spare) => spare,
                     None => {
                         let n = each.min(left);
-                        (driver.mem_create(n as usize, self.more.device)?, n)
+                        (driver.mem_create(n as usize, self.more.device)?, n, false)
                     }
                 };
                 if let Err(e) = driver.mem_map(crate::DevicePtr(at), n as usize, h) {
-                    let _ = driver.mem_release(h);
+                    // A lent handle is still mapped at its hole, which gives it back.
+                    if !lent {
+                        let _ = driver.mem_release(h);
+                    }
                     return Err(e);
                 }
                 self.more.maps.insert(at, h, n);
+                if lent {
+                    self.more.taken.push((h, n));
+                }
                 at += n;
             }
             for &d in std::iter::once(&self.more.device).chain(&self.more.peers) {
@@ -295,13 +317,32 @@ impl ExpandableSegment {
         })
     }
 
-    /// The largest spare handle of at most `left` bytes, taken out of the spares.
-    fn take_spare(&mut self, left: u64) -> Option<(PhysHandle, u64)> {
+    /// The largest lent handle of at most `left` bytes that `stream` can be ordered after
+    /// (its batch's stream, or one that waits for the batch's event), out of the lent ones
+    /// (`true`); else the largest spare one, out of the spares.
+    fn take_spare(
+        &mut self,
+        driver: &dyn Driver,
+        left: u64,
+        stream: StreamId,
+    ) -> Option<(PhysHandle, u64, bool)> {
+        let lent = &mut self.more.lent;
+        let mut fits: Vec<usize> = (0..lent.len()).filter(|&k| lent[k].3 <= left).collect();
+        fits.sort_unstable_by_key(|&k| std::cmp::Reverse(lent[k].3));
+        for k in fits {
+            let (event, from, _, _) = lent[k];
+            // A stream the wait cannot be queued on leaves the handle to another request.
+            if from == stream || driver.stream_wait_event(stream, event).is_ok() {
+                let (_, _, h, n) = lent.swap_remove(k);
+                return Some((h, n, true));
+            }
+        }
         let spare = self.more.spare.as_mut()?;
         let k = (0..spare.len())
             .filter(|&k| spare[k].1 <= left)
             .max_by_key(|&k| spare[k].1)?;
-        Some(spare.swap_remove(k))
+        let (h, n) = spare.swap_remove(k);
+        Some((h, n, false))
     }
 
     /// Unmaps and releases every handle wholly inside `lo..hi`, one unmap per contiguous run.
@@ -328,10 +369,7 @@ impl ExpandableSegment {
                 Ok(()) => {
                     for &(a, h, n) in &inside[k..j] {
                         self.more.maps.remove(a);
-                        if let Some(spare) = self.more.spare.as_mut() {
-                            spare.push((h, n));
-                        // Unmapped memory the driver will not release is lost either way.
-                        } else if let Err(e) = driver.mem_release(h) {
+                        if let Err(e) = self.unmapped(driver, h, n) {
                             first_err.get_or_insert(e);
                         }
                     }
@@ -345,6 +383,29 @@ impl ExpandableSegment {
         first_err.map_or(Ok(()), Err)
     }
 
+    /// Where handle `h` (`n` bytes) goes once unmapped: a handle lent and taken lives on at
+    /// its other mapping; else to the spares, or released where none are kept.
+    ///
+    /// # Errors
+    ///
+    /// The driver's, releasing: unmapped memory it will not release is lost either way.
+    fn unmapped(&mut self, driver: &dyn Driver, h: PhysHandle, n: u64) -> DriverResult<()> {
+        let more = &mut *self.more;
+        // Mapped at two addresses (a hole's and a request's): it lives on at the other.
+        if let Some(k) = more.taken.iter().position(|t| t.0 == h) {
+            more.taken.swap_remove(k);
+            return Ok(());
+        }
+        more.lent.retain(|l| l.2 != h);
+        match more.spare.as_mut() {
+            Some(spare) => {
+                spare.push((h, n));
+                Ok(())
+            }
+            None => driver.mem_release(h),
+        }
+    }
+
     /// Unmaps and releases everything and frees the reservation. The caller has waited for
     /// the device and forgets the heap's blocks.
     ///
@@ -354,11 +415,20 @@ impl ExpandableSegment {
     pub(crate) fn destroy(mut self, driver: &dyn Driver) -> DriverResult<()> {
         self.release_spares(driver);
         let mut first_err = None;
+        // Everything unmapped first: a lent handle is mapped twice, and goes back once.
+        let mut handles = Vec::new();
         for (at, h, n) in self.more.maps.drain_from_top() {
-            let r = driver
-                .mem_unmap(crate::DevicePtr(at), n as usize)
-                .and_then(|()| driver.mem_release(h));
-            if let Err(e) = r {
+            match driver.mem_unmap(crate::DevicePtr(at), n as usize) {
+                Ok(()) => handles.push(h),
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        handles.sort_unstable_by_key(|h| h.0);
+        handles.dedup();
+        for h in handles {
+            if let Err(e) = driver.mem_release(h) {
                 first_err.get_or_insert(e);
             }
         }
@@ -509,8 +579,10 @@ impl ExpandableSegment {
             keep: window.map_or((0, 0), |w| (w.start, w.start + size)),
         };
         let _ = self.trim(driver, heap, false, give);
-        // What the trim carved moves to the request only once the device is done with it.
-        if excess > 0 {
+        // What the trim carved moves to the request now, ordered after the device is done
+        // with it; where the lent handles cannot cover what the request maps (a handle maps
+        // whole), the host waits for the device and the holes go back first.
+        if excess > 0 && self.lend_pending(driver, heap, need) < need {
             self.wait_pending(driver, heap);
         }
         let filled = self.fill_for(driver, heap, slot, size, room(self), false);

@@ -28,13 +28,19 @@
 //! Unmapping is not stream-ordered: a batch of holes goes back once an event recorded on the
 //! stream whose lists held them (after every free into them) has completed — at once when the
 //! stream is idle, else at the next look (a deferred unmap); before that the holes are in no
-//! list, so nothing reuses them, and no window crosses them. A trim made to keep what is
-//! mapped under the mark waits for that event before the request maps anything
-//! ([`ExpandableSegment::wait_pending`]): a stream running behind the host (a training step's
-//! kernels) still uses the holes, and mapping beside them held both: W2 with a kernel writing
-//! every block held 1.933 × live on the simulator (1.016 waiting), the transformer and
-//! fine-tuning traces 1.074 and 1.148 on an H200 (1.010 and 1.014 waiting). The wait costs the
-//! host its lead over the device: 9 % more virtual time on that W2. After a context synchronize (`release`, a device short of memory)
+//! list, so nothing reuses them, and no window crosses them. A stream running behind the host
+//! (a training step's kernels) still uses the holes, and mapping new memory beside them held
+//! both: W2 with a kernel writing every block held 1.933 × live on the simulator, the
+//! transformer and fine-tuning traces 1.074 and 1.148 on an H200. So a trim made to keep what
+//! is mapped under the mark *lends* its holes' handles to the request
+//! ([`ExpandableSegment::lend_pending`]): the request maps them where it goes — a second
+//! mapping of the same physical memory, which CUDA allows — with its stream ordered after the
+//! holes' event (`cuStreamWaitEvent`, or the same stream), and the holes' mappings go when the
+//! event has completed, as before. Neither the host waits nor memory is mapped beside. A
+//! handle maps whole, so where the lent handles (and spares) that fit cannot cover what the
+//! request maps, the host waits for the event first and the holes go back before it maps
+//! ([`ExpandableSegment::wait_pending`]): busy W2 then holds 1.016 with 28 % fewer waits than
+//! waiting at every move. After a context synchronize (`release`, a device short of memory)
 //! everything goes back at once.
 //!
 //! Measured (four PyTorch traces in `benchmarks/traces`, W1–W3, `segment_calls` in emm-bench):
@@ -102,11 +108,14 @@ pub(super) struct Window {
     pieces: usize,
 }
 
-/// Holes carved together, unmapped once `event` has completed.
+/// Holes carved together, unmapped once `event` (recorded on `stream`) has completed.
 #[derive(Debug)]
 pub(super) struct Pending {
     pub(super) event: Option<EventId>,
+    pub(super) stream: StreamId,
     pub(super) ranges: Vec<(u64, u64)>,
+    /// Whether their handles were lent ([`ExpandableSegment::lend_pending`]).
+    pub(super) lent: bool,
 }
 
 impl ExpandableSegment {
@@ -167,10 +176,11 @@ impl ExpandableSegment {
                 if heap.reserve_records(2 * same.len()).is_err() {
                     continue;
                 }
+                let stream = heap.stream_of(same[0].0.slot);
                 let event = if synchronized {
                     None
                 } else {
-                    match self.record(driver, heap.stream_of(same[0].0.slot)) {
+                    match self.record(driver, stream) {
                         Ok(e) => Some(e),
                         // A stream the user destroyed: its blocks wait for a synchronize.
                         Err(_) => continue,
@@ -180,7 +190,12 @@ impl ExpandableSegment {
                     self.more.holes.carve(heap, run, lo, hi);
                 }
                 let ranges = same.iter().map(|&(_, lo, hi)| (lo, hi)).collect();
-                self.pending.push(Pending { event, ranges });
+                self.pending.push(Pending {
+                    event,
+                    stream,
+                    ranges,
+                    lent: false,
+                });
             }
         }
         self.settle(driver, heap, synchronized)
@@ -240,12 +255,18 @@ impl ExpandableSegment {
                     failed.push((lo, hi));
                 }
             }
-            self.more.spare_events.extend(p.event);
+            if let Some(e) = p.event {
+                // What stayed mapped is lent no more: the event goes to another batch.
+                self.more.lent.retain(|l| l.0 != e);
+                self.more.spare_events.push(e);
+            }
             if !failed.is_empty() {
                 // Tried again at the next settle; the device is done with it.
                 self.pending.push(Pending {
                     event: None,
+                    stream: p.stream,
                     ranges: failed,
+                    lent: false,
                 });
                 k = self.pending.len();
             }
@@ -260,13 +281,44 @@ impl ExpandableSegment {
         first_err.map_or(Ok(()), Err)
     }
 
-    /// Waits for the device to pass the frees into the holes still mapped, and unmaps them:
-    /// their handles move to where the request maps instead of new ones being created beside
-    /// memory a busy stream still uses. The device's error leaves a hole to the next look.
-    pub(super) fn wait_pending(&mut self, driver: &dyn Driver, heap: &mut CoalescingHeap) {
-        if self.pending.is_empty() {
-            return;
+    /// Lends the handles of the holes still mapped to the request about to map: it maps them
+    /// where it goes (a second mapping of the same memory, as CUDA allows) with its stream
+    /// ordered after the holes' event, instead of creating new ones beside memory a busy
+    /// stream still uses; the holes are unmapped once the event has completed, as before.
+    /// Holes the device is done with go back at once. Returns the bytes of the lent handles
+    /// that fit in `need` bytes, and of the spares.
+    pub(super) fn lend_pending(
+        &mut self,
+        driver: &dyn Driver,
+        heap: &mut CoalescingHeap,
+        need: u64,
+    ) -> u64 {
+        let _ = self.settle(driver, heap, false);
+        for p in self.pending.iter_mut().filter(|p| !p.lent) {
+            let Some(e) = p.event else { continue };
+            p.lent = true;
+            for &(lo, hi) in &p.ranges {
+                for (_, h, n) in self.more.maps.inside(lo, hi) {
+                    // A handle a request took from an earlier batch is not lent twice.
+                    if !self.more.taken.iter().any(|t| t.0 == h) {
+                        self.more.lent.push((e, p.stream, h, n));
+                    }
+                }
+            }
         }
+        let fit = |n: u64| if n <= need { n } else { 0 };
+        let spare = self
+            .more
+            .spare
+            .as_ref()
+            .map_or(0, |s| s.iter().map(|&(_, n)| fit(n)).sum());
+        spare + self.more.lent.iter().map(|l| fit(l.3)).sum::<u64>()
+    }
+
+    /// Waits for the device to pass the frees into the holes still mapped, and unmaps them:
+    /// their handles (those no request took) go to the spares. The device's error leaves a
+    /// hole to the next look.
+    pub(super) fn wait_pending(&mut self, driver: &dyn Driver, heap: &mut CoalescingHeap) {
         for e in self.pending.iter().filter_map(|p| p.event) {
             let _ = driver.event_synchronize(e);
         }
@@ -466,7 +518,7 @@ impl ExpandableSegment {
             self.fit_free(driver, w.cost, w.cost)?;
         }
         for (k, &(lo, hi)) in w.ranges.iter().enumerate() {
-            if let Err(e) = self.map_range(driver, lo, hi - lo) {
+            if let Err(e) = self.map_range(driver, lo, hi - lo, heap.stream_of(slot)) {
                 // Nothing touched the memory mapped so far: no wait before unmapping it.
                 for &(lo, hi) in &w.ranges[..k] {
                     let _ = self.unmap_range(driver, lo, hi);
