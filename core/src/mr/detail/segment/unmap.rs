@@ -40,8 +40,11 @@
 //! handle maps whole, so where the lent handles (and spares) that fit cannot cover what the
 //! request maps, the host waits for the event first and the holes go back before it maps
 //! ([`ExpandableSegment::wait_pending`]): busy W2 then holds 1.016 with 28 % fewer waits than
-//! waiting at every move. After a context synchronize (`release`, a device short of memory)
-//! everything goes back at once.
+//! waiting at every move. Tried: never waiting (busy W2 held 1.497: the holes' leftover handles
+//! stay mapped, and their addresses stay out of the request's windows, until the stream is
+//! done), and waiting only when the lent handles fall short of the excess alone, or by more
+//! than 2 to 16 MiB (186 to 224 waits against 192, the same memory). After a context
+//! synchronize (`release`, a device short of memory) everything goes back at once.
 //!
 //! Measured (four PyTorch traces in `benchmarks/traces`, W1–W3, `segment_calls` in emm-bench):
 //! giving back every free handle whenever free bytes had grown by 0.5 % of mapped held the
