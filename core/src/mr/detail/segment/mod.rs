@@ -282,11 +282,13 @@ impl ExpandableSegment {
         stream: StreamId,
     ) -> DriverResult<()> {
         let each = handle_bytes(bytes, self.granularity);
+        // The lent batches' events `stream` already waits for.
+        let mut ordered = Vec::new();
         let mut made = || -> DriverResult<()> {
             let mut at = start;
             while at < start + bytes {
                 let left = start + bytes - at;
-                let (h, n, lent) = match self.take_spare(driver, left, stream) {
+                let (h, n, lent) = match self.take_spare(driver, left, stream, &mut ordered) {
                     Some(spare) => spare,
                     None => {
                         let n = each.min(left);
@@ -318,21 +320,29 @@ impl ExpandableSegment {
     }
 
     /// The largest lent handle of at most `left` bytes that `stream` can be ordered after
-    /// (its batch's stream, or one that waits for the batch's event), out of the lent ones
-    /// (`true`); else the largest spare one, out of the spares.
+    /// (its batch's stream, or one that waits for the batch's event; `ordered` holds the
+    /// events it waits for already), out of the lent ones (`true`); else the largest spare
+    /// one, out of the spares.
     fn take_spare(
         &mut self,
         driver: &dyn Driver,
         left: u64,
         stream: StreamId,
+        ordered: &mut Vec<EventId>,
     ) -> Option<(PhysHandle, u64, bool)> {
         let lent = &mut self.more.lent;
         let mut fits: Vec<usize> = (0..lent.len()).filter(|&k| lent[k].3 <= left).collect();
         fits.sort_unstable_by_key(|&k| std::cmp::Reverse(lent[k].3));
         for k in fits {
             let (event, from, _, _) = lent[k];
+            let waits = from == stream
+                || ordered.contains(&event)
+                || driver.stream_wait_event(stream, event).is_ok();
             // A stream the wait cannot be queued on leaves the handle to another request.
-            if from == stream || driver.stream_wait_event(stream, event).is_ok() {
+            if waits {
+                if from != stream && !ordered.contains(&event) {
+                    ordered.push(event);
+                }
                 let (_, _, h, n) = lent.swap_remove(k);
                 return Some((h, n, true));
             }
