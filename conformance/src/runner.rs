@@ -274,11 +274,7 @@ fn run_random(
             let result = match run_case(factory, backend, machine_seed, &candidate) {
                 Ok(r) => r,
                 Err(e) => {
-                    let stopped = Shrunk {
-                        ops: best,
-                        finding,
-                        stopped: Some(e),
-                    };
+                    let stopped = Shrunk::of(best, finding, Some(e));
                     keep_shrunk(found, index, machine_seed, stopped)?;
                     return Ok(coverage);
                 }
@@ -312,6 +308,16 @@ struct Shrunk {
     ops: Vec<Op>,
     finding: Finding,
     stopped: Option<SetupError>,
+}
+
+impl Shrunk {
+    fn of(ops: Vec<Op>, finding: Finding, stopped: Option<SetupError>) -> Self {
+        Shrunk {
+            ops,
+            finding,
+            stopped,
+        }
+    }
 }
 
 /// Keeps `shrunk` (see [`keep`]); the error that stopped it, if any, ends the run with the
@@ -358,13 +364,7 @@ fn remove_steps(
                 i = i.min(ops.len());
             }
             Ok(_) => {}
-            Err(e) => {
-                return Shrunk {
-                    ops,
-                    finding,
-                    stopped: Some(e),
-                }
-            }
+            Err(e) => return Shrunk::of(ops, finding, Some(e)),
         }
     }
     small_picks(factory, backend, machine_seed, ops, finding, PICK_RUNS)
@@ -380,18 +380,13 @@ fn small_picks(
     mut finding: Finding,
     mut budget: usize,
 ) -> Shrunk {
-    let done = |ops, finding, stopped| Shrunk {
-        ops,
-        finding,
-        stopped,
-    };
     for i in 0..ops.len() {
         let Some(current) = ops[i].pick_mut().map(|p| *p) else {
             continue;
         };
         for small in 0..current.min(4) {
             if budget == 0 {
-                return done(ops, finding, None);
+                return Shrunk::of(ops, finding, None);
             }
             budget -= 1;
             let mut candidate = ops.clone();
@@ -405,11 +400,11 @@ fn small_picks(
                     break;
                 }
                 Ok(_) => {}
-                Err(e) => return done(ops, finding, Some(e)),
+                Err(e) => return Shrunk::of(ops, finding, Some(e)),
             }
         }
     }
-    done(ops, finding, None)
+    Shrunk::of(ops, finding, None)
 }
 
 fn failure(plugin: &str, backend: &dyn Backend, config: &Config, f: Found) -> Failure {
