@@ -128,9 +128,7 @@ impl Alloc {
         self.accesses.push(access);
         race
     }
-}
 
-impl Alloc {
     /// The remembered accesses to `from..from + len`, as if made to `to..to + len`.
     pub(crate) fn accesses_moved(&self, from: u64, to: u64, len: u64) -> Vec<Access> {
         self.accesses
