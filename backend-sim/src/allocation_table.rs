@@ -117,12 +117,7 @@ impl Alloc {
                 && (write || !a.write)
                 && (a.actor == actor || clock.has_seen(a.actor, a.epoch)))
         });
-        // A reservation is one allocation for a whole pool: it remembers more.
-        let memory = match self.kind {
-            AllocKind::Reserved(_) => 16 * ACCESS_MEMORY,
-            _ => ACCESS_MEMORY,
-        };
-        if self.accesses.len() >= memory {
+        if self.accesses.len() >= self.access_memory() {
             self.accesses.remove(0);
         }
         self.accesses.push(access);
@@ -145,12 +140,17 @@ impl Alloc {
     /// Remembers `seen` as earlier accesses (the oldest forgotten past the bound).
     pub(crate) fn remember(&mut self, seen: Vec<Access>) {
         self.accesses.extend(seen);
-        let memory = match self.kind {
+        let over = self.accesses.len().saturating_sub(self.access_memory());
+        self.accesses.drain(..over);
+    }
+
+    /// How many accesses it remembers: a reservation is one allocation for a whole pool, and
+    /// remembers more.
+    fn access_memory(&self) -> usize {
+        match self.kind {
             AllocKind::Reserved(_) => 16 * ACCESS_MEMORY,
             _ => ACCESS_MEMORY,
-        };
-        let over = self.accesses.len().saturating_sub(memory);
-        self.accesses.drain(..over);
+        }
     }
 }
 
