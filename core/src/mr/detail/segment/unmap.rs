@@ -322,6 +322,9 @@ impl ExpandableSegment {
     /// their handles (those no request took) go to the spares. The device's error leaves a
     /// hole to the next look.
     pub(super) fn wait_pending(&mut self, driver: &dyn Driver, heap: &mut CoalescingHeap) {
+        if self.pending.is_empty() {
+            return;
+        }
         for e in self.pending.iter().filter_map(|p| p.event) {
             let _ = driver.event_synchronize(e);
         }
