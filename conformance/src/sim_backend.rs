@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use emm_core::attribution::CallerScope;
 use emm_core::{DevicePtr, Driver};
-use emm_sim::{SimConfig, SimDriver, Violation, GIB};
+use emm_sim::{Fault, SimConfig, SimDriver, Violation, GIB};
 
 use emm_sim::CallKind;
 
@@ -21,6 +21,7 @@ pub struct SimBackend {
     memory: u64,
     hardware: bool,
     driver_reserve: u64,
+    faults: Vec<Fault>,
 }
 
 impl SimBackend {
@@ -30,6 +31,7 @@ impl SimBackend {
             memory: SIM_MEMORY,
             hardware: false,
             driver_reserve: 0,
+            faults: Vec::new(),
         }
     }
 
@@ -44,6 +46,13 @@ impl SimBackend {
     /// ([`SimConfig::driver_reserve`](emm_sim::SimConfig::driver_reserve)).
     pub fn with_driver_reserve(mut self, bytes: u64) -> Self {
         self.driver_reserve = bytes;
+        self
+    }
+
+    /// With machines whose driver fails calls as `fault` says from the start
+    /// ([`SimConfig::fault`]): how a suite's reports read when a GPU misbehaves.
+    pub fn with_fault(mut self, fault: Fault) -> Self {
+        self.faults.push(fault);
         self
     }
 
@@ -75,6 +84,7 @@ impl Backend for SimBackend {
             .memory_per_device(self.memory)
             .driver_reserve(self.driver_reserve)
             .present_as_hardware(self.hardware);
+        let config = self.faults.iter().cloned().fold(config, SimConfig::fault);
         let driver = SimDriver::new(config)?;
         // The second process and its doorbell exist from the start, so that the doorbell
         // never competes with the plugin for memory (the baseline includes it).

@@ -92,6 +92,15 @@ impl DriverError {
     pub fn is_out_of_memory(&self) -> bool {
         self.code == CudaCode::OUT_OF_MEMORY
     }
+
+    /// True when the device faulted (`CUDA_ERROR_ILLEGAL_ADDRESS`, `CUDA_ERROR_LAUNCH_FAILED`):
+    /// the error is sticky, so every later call in the context fails too.
+    pub fn is_device_fault(&self) -> bool {
+        matches!(
+            self.code,
+            CudaCode::ILLEGAL_ADDRESS | CudaCode::LAUNCH_FAILED
+        )
+    }
 }
 
 /// The result of a driver call.
@@ -109,6 +118,13 @@ mod tests {
             "cuMemAlloc failed with CUDA_ERROR_OUT_OF_MEMORY (2): requested 1.0 PiB"
         );
         assert!(e.is_out_of_memory());
+    }
+
+    #[test]
+    fn only_sticky_errors_are_device_faults() {
+        let fault = |code| DriverError::new("cuMemcpyDtoH", code, "").is_device_fault();
+        assert!(fault(CudaCode::ILLEGAL_ADDRESS) && fault(CudaCode::LAUNCH_FAILED));
+        assert!(!fault(CudaCode::OUT_OF_MEMORY) && !fault(CudaCode::INVALID_VALUE));
     }
 
     #[test]

@@ -381,7 +381,11 @@ impl Sut {
                 self.driver
                     .memcpy_dtoh(dst, b.base.offset(off as u64), Some(b.last_stream))
                     .map_err(|e| {
-                        self.fail(check, format!("reading back allocation #{id} failed: {e}"))
+                        let note = b.kind.fault_note(&e);
+                        self.fail(
+                            check,
+                            format!("reading back allocation #{id} failed: {e}{note}"),
+                        )
                     })?;
                 check_writes_stay_in_their_allocation(id, off as u64, b.fill, dst)
                     .map_err(|m| self.fail(check, m))?;

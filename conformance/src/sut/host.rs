@@ -193,7 +193,11 @@ impl Sut {
                             .memcpy_dtoh(&mut back[..len], base.offset(at), None)
                     })
                     .map_err(|e| {
-                        self.fail(C, format!("{what}: host write and device read failed: {e}"))
+                        let note = BufKind::Managed.fault_note(&e);
+                        self.fail(
+                            C,
+                            format!("{what}: host write and device read failed: {e}{note}"),
+                        )
                     })?;
                 check_writes_stay_in_their_allocation(u32::MAX, at, fill, &back[..len])
                     .map_err(|m| self.fail(C, format!("{what}: host and device disagree: {m}")))?;

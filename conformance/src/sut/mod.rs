@@ -22,7 +22,7 @@ use emm_core::contract::{
     Capabilities, DeferCleanupGuard, HostMemory, IpcHandle, ManagedMemory, ManagerFactory,
     ManagerTarget, MemoryManager, MemoryPointer,
 };
-use emm_core::{ContextId, DeviceId, DevicePtr, Driver, HostPtr, StreamId};
+use emm_core::{ContextId, DeviceId, DevicePtr, Driver, DriverError, HostPtr, StreamId};
 
 use crate::assertions::{check_for_seen, check_interface_version, panic_message};
 use crate::backend::{Machine, Observes};
@@ -59,6 +59,23 @@ pub(crate) type Found = Result<(), Finding>;
 enum BufKind {
     Device,
     Managed,
+}
+
+impl BufKind {
+    /// What a failed read of this kind of memory says after the driver's error. The driver
+    /// pages managed memory itself, and a device fault there was seen under every manager on
+    /// one GPU machine, the driver's own allocations included, so the plugin may not be at
+    /// fault.
+    fn fault_note(self, e: &DriverError) -> &'static str {
+        if self == BufKind::Managed && e.is_device_fault() {
+            " (a device fault in managed memory, which the driver pages between host and \
+             device: on some machines managed memory faults under every manager, so run \
+             `emm check default --backend cuda` with the same seed on this machine to compare, \
+             and look for Xid 31 in the kernel log)"
+        } else {
+            ""
+        }
+    }
 }
 
 /// One allocation the suite holds, and what it wrote there.

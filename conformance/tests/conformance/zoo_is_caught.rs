@@ -6,7 +6,11 @@ use std::sync::Arc;
 
 use crate::zoo;
 
-use emm_conformance::{check, Backend, CheckId, Config, Machine, Observes, SimBackend};
+use emm_conformance::{
+    check, resolve_plugin, Backend, CheckId, Config, Machine, Observes, SimBackend,
+};
+use emm_core::CudaCode;
+use emm_sim::{CallKind, Fault};
 use zoo::wasm::WasmBug;
 use zoo::{Bug, ZooFactory};
 
@@ -197,4 +201,34 @@ fn a_failure_the_machine_cannot_shorten_is_still_reported() {
         }
     }
     assert!(cut_short >= 2, "only {cut_short} runs were cut short");
+}
+
+/// On one GPU machine, reads of managed memory faulted under every manager, the driver's own
+/// allocations included: such a fault names itself as possibly the machine's, and a fault in
+/// device memory does not.
+#[test]
+fn a_device_fault_in_managed_memory_says_the_plugin_may_not_be_at_fault() {
+    let faulting = SimBackend::new().with_fault(Fault::Random {
+        calls: vec![CallKind::MemcpyDtoH],
+        per_million: 1_000_000,
+        code: CudaCode::ILLEGAL_ADDRESS,
+    });
+    let default = resolve_plugin("default").unwrap();
+    let report = check(&*default, &config().threads(1).backend(Arc::new(faulting)));
+    let message = |c: CheckId| {
+        let failure = report.result(c).and_then(|r| r.failure.clone());
+        failure
+            .unwrap_or_else(|| panic!("{c} did not fail:\n{}", report.to_table(false)))
+            .message
+    };
+    let managed = message(CheckId::MemallocmanagedIsUnified);
+    assert!(
+        managed.contains("ILLEGAL_ADDRESS") && managed.contains("emm check default --backend cuda"),
+        "{managed}"
+    );
+    let device = message(CheckId::WritesStayInTheirAllocation);
+    assert!(
+        device.contains("ILLEGAL_ADDRESS") && !device.contains("managed memory"),
+        "{device}"
+    );
 }
