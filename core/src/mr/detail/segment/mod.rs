@@ -335,17 +335,15 @@ impl ExpandableSegment {
         fits.sort_unstable_by_key(|&k| std::cmp::Reverse(lent[k].3));
         for k in fits {
             let (event, from, _, _) = lent[k];
-            let waits = from == stream
-                || ordered.contains(&event)
-                || driver.stream_wait_event(stream, event).is_ok();
-            // A stream the wait cannot be queued on leaves the handle to another request.
-            if waits {
-                if from != stream && !ordered.contains(&event) {
-                    ordered.push(event);
+            if from != stream && !ordered.contains(&event) {
+                // A stream the wait cannot be queued on leaves the handle to another request.
+                if driver.stream_wait_event(stream, event).is_err() {
+                    continue;
                 }
-                let (_, _, h, n) = lent.swap_remove(k);
-                return Some((h, n, true));
+                ordered.push(event);
             }
+            let (_, _, h, n) = lent.swap_remove(k);
+            return Some((h, n, true));
         }
         let spare = self.more.spare.as_mut()?;
         let k = (0..spare.len())
