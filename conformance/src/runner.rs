@@ -275,8 +275,7 @@ fn run_random(
                 Ok(r) => r,
                 Err(e) => {
                     let stopped = Shrunk::of(best, finding, Some(e));
-                    keep_shrunk(found, index, machine_seed, stopped)?;
-                    return Ok(coverage);
+                    return keep_shrunk(found, index, machine_seed, stopped).map(|()| coverage);
                 }
             };
             match result {
