@@ -25,6 +25,41 @@
 //!
 //! Modules: one resource or adaptor per file, named after the type.
 
+/// Writes every method of [`DeviceMemoryResource`] as a call of `<$T as $Trait>::method` on
+/// `$recv`: the impls that forward each call unchanged (`Arc<R>` below, every
+/// [`Adaptor`](adaptor::Adaptor)) come from this one list, so a method added to the trait is
+/// added here once. A method left out is the trait's default, which a forwarding impl must not
+/// fall back to: keep every method here, defaults included.
+macro_rules! forward_resource_methods {
+    ($T:ident: $Trait:path, |$this:ident| $recv:expr) => {
+        forward_resource_methods! {
+            @each $T, $Trait, $this, $recv;
+            name() -> &'static str;
+            allocate(bytes: usize, stream: StreamId) -> MrResult<DevicePtr>;
+            deallocate(ptr: DevicePtr, bytes: usize, stream: StreamId) -> MrResult<()>;
+            allocate_aligned(bytes: usize, alignment: usize, stream: StreamId) -> MrResult<DevicePtr>;
+            deallocate_aligned(ptr: DevicePtr, bytes: usize, alignment: usize, stream: StreamId) -> MrResult<()>;
+            is_equal(other: &dyn DeviceMemoryResource) -> bool;
+            memory_info() -> Option<MemInfo>;
+            release() -> MrResult<u64>;
+            driver() -> &dyn Driver;
+            driver_backed() -> bool;
+            chunk_moves() -> Option<u64>;
+            held() -> Option<u64>;
+        }
+    };
+    (@each $T:ident, $Trait:path, $this:ident, $recv:expr;
+        $($name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;)*) => {
+        $(
+            #[inline]
+            fn $name(&self, $($arg: $ty),*) -> $ret {
+                let $this = self;
+                <$T as $Trait>::$name($recv, $($arg),*)
+            }
+        )*
+    };
+}
+
 pub mod adaptor;
 pub mod arena;
 pub mod binning;
@@ -321,55 +356,7 @@ pub trait HostMemoryResource: Send + Sync {
 }
 
 impl<R: DeviceMemoryResource + ?Sized> DeviceMemoryResource for Arc<R> {
-    fn name(&self) -> &'static str {
-        (**self).name()
-    }
-    #[inline]
-    fn allocate(&self, bytes: usize, stream: StreamId) -> MrResult<DevicePtr> {
-        (**self).allocate(bytes, stream)
-    }
-    #[inline]
-    fn deallocate(&self, ptr: DevicePtr, bytes: usize, stream: StreamId) -> MrResult<()> {
-        (**self).deallocate(ptr, bytes, stream)
-    }
-    fn allocate_aligned(
-        &self,
-        bytes: usize,
-        alignment: usize,
-        stream: StreamId,
-    ) -> MrResult<DevicePtr> {
-        (**self).allocate_aligned(bytes, alignment, stream)
-    }
-    fn deallocate_aligned(
-        &self,
-        ptr: DevicePtr,
-        bytes: usize,
-        alignment: usize,
-        stream: StreamId,
-    ) -> MrResult<()> {
-        (**self).deallocate_aligned(ptr, bytes, alignment, stream)
-    }
-    fn is_equal(&self, other: &dyn DeviceMemoryResource) -> bool {
-        (**self).is_equal(other)
-    }
-    fn memory_info(&self) -> Option<MemInfo> {
-        (**self).memory_info()
-    }
-    fn release(&self) -> MrResult<u64> {
-        (**self).release()
-    }
-    fn driver(&self) -> &dyn Driver {
-        (**self).driver()
-    }
-    fn driver_backed(&self) -> bool {
-        (**self).driver_backed()
-    }
-    fn held(&self) -> Option<u64> {
-        (**self).held()
-    }
-    fn chunk_moves(&self) -> Option<u64> {
-        (**self).chunk_moves()
-    }
+    forward_resource_methods!(R: DeviceMemoryResource, |this| &**this);
 }
 
 impl fmt::Debug for dyn DeviceMemoryResource {

@@ -315,65 +315,7 @@ pub trait Adaptor: Send + Sync {
 }
 
 impl<A: Adaptor> DeviceMemoryResource for A {
-    #[inline]
-    fn name(&self) -> &'static str {
-        Adaptor::name(self)
-    }
-    #[inline]
-    fn allocate(&self, bytes: usize, stream: StreamId) -> MrResult<DevicePtr> {
-        Adaptor::allocate(self, bytes, stream)
-    }
-    #[inline]
-    fn deallocate(&self, ptr: DevicePtr, bytes: usize, stream: StreamId) -> MrResult<()> {
-        Adaptor::deallocate(self, ptr, bytes, stream)
-    }
-    #[inline]
-    fn allocate_aligned(
-        &self,
-        bytes: usize,
-        alignment: usize,
-        stream: StreamId,
-    ) -> MrResult<DevicePtr> {
-        Adaptor::allocate_aligned(self, bytes, alignment, stream)
-    }
-    #[inline]
-    fn deallocate_aligned(
-        &self,
-        ptr: DevicePtr,
-        bytes: usize,
-        alignment: usize,
-        stream: StreamId,
-    ) -> MrResult<()> {
-        Adaptor::deallocate_aligned(self, ptr, bytes, alignment, stream)
-    }
-    #[inline]
-    fn is_equal(&self, other: &dyn DeviceMemoryResource) -> bool {
-        Adaptor::is_equal(self, other)
-    }
-    #[inline]
-    fn memory_info(&self) -> Option<MemInfo> {
-        Adaptor::memory_info(self)
-    }
-    #[inline]
-    fn release(&self) -> MrResult<u64> {
-        Adaptor::release(self)
-    }
-    #[inline]
-    fn driver(&self) -> &dyn Driver {
-        Adaptor::driver(self)
-    }
-    #[inline]
-    fn driver_backed(&self) -> bool {
-        Adaptor::driver_backed(self)
-    }
-    #[inline]
-    fn chunk_moves(&self) -> Option<u64> {
-        Adaptor::chunk_moves(self)
-    }
-    #[inline]
-    fn held(&self) -> Option<u64> {
-        Adaptor::held(self)
-    }
+    forward_resource_methods!(A: Adaptor, |this| this);
 }
 
 /// Locks `m`, recovering the data if a thread panicked while holding it: every adaptor's
