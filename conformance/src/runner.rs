@@ -236,9 +236,10 @@ fn run_fixed(
         return Ok(coverage);
     };
     if claim(found, finding.check, index) {
-        let (ops, runs) = (ops.to_vec(), config.shrink_runs);
-        let shortened = remove_steps(factory, backend, machine_seed, ops, finding, runs);
-        keep_shrunk(found, index, machine_seed, shortened)?;
+        let machine = (factory, backend, machine_seed);
+        let mut shortening = Shortening::new(machine, ops.to_vec(), finding, config.shrink_runs);
+        let stopped = shortening.last_passes().err();
+        keep_shrunk(found, index, shortening, stopped)?;
     }
     Ok(coverage)
 }
@@ -263,73 +264,143 @@ fn run_random(
     if !claim(found, first.check, index) {
         return Ok(coverage);
     }
-    // proptest's shrinking: drop operations, then simplify what is left, keeping only
-    // changes after which the same check still fails.
-    let (mut best, mut finding) = (ops, first);
-    let mut runs = 0;
-    if tree.simplify() {
-        while runs < config.shrink_runs {
-            runs += 1;
-            let candidate = tree.current();
-            let result = match run_case(factory, backend, machine_seed, &candidate) {
-                Ok(r) => r,
-                Err(e) => {
-                    let stopped = Shrunk::of(best, finding, Some(e));
-                    return keep_shrunk(found, index, machine_seed, stopped).map(|()| coverage);
-                }
-            };
-            match result {
-                Some(f) if f.check == finding.check => {
-                    best = candidate;
-                    finding = f;
-                    if !tree.simplify() {
-                        break;
-                    }
-                }
-                _ => {
-                    if !tree.complicate() {
-                        break;
-                    }
-                }
-            }
-        }
-    }
-    let left = config.shrink_runs.saturating_sub(runs);
-    let shortened = remove_steps(factory, backend, machine_seed, best, finding, left);
-    keep_shrunk(found, index, machine_seed, shortened)?;
+    let machine = (factory, backend, machine_seed);
+    let mut shortening = Shortening::new(machine, ops, first, config.shrink_runs);
+    let stopped = shortening
+        .proptest(&mut tree)
+        .and_then(|()| shortening.last_passes())
+        .err();
+    keep_shrunk(found, index, shortening, stopped)?;
     Ok(coverage)
 }
 
-/// A failing case as far as it was shortened, and what stopped the shortening early, if
-/// anything did: a case that cannot be set up (on a GPU, a device fault leaves the context
-/// unusable, so no later case can run).
-struct Shrunk {
+/// A failing case being shortened: the shortest sequence found so far that fails the check,
+/// and the runs left to spend on shortening it further.
+struct Shortening<'a> {
+    factory: &'a dyn ManagerFactory,
+    backend: &'a dyn Backend,
+    machine_seed: u64,
     ops: Vec<Op>,
     finding: Finding,
-    stopped: Option<SetupError>,
+    runs_left: usize,
 }
 
-impl Shrunk {
-    fn of(ops: Vec<Op>, finding: Finding, stopped: Option<SetupError>) -> Self {
-        Shrunk {
+impl<'a> Shortening<'a> {
+    fn new(
+        (factory, backend, machine_seed): (&'a dyn ManagerFactory, &'a dyn Backend, u64),
+        ops: Vec<Op>,
+        finding: Finding,
+        runs: usize,
+    ) -> Self {
+        Shortening {
+            factory,
+            backend,
+            machine_seed,
             ops,
             finding,
-            stopped,
+            runs_left: runs,
         }
+    }
+
+    /// Runs `candidate` (one run of those left) and keeps it when the same check still fails.
+    ///
+    /// # Errors
+    ///
+    /// The candidate cannot be set up: on a GPU, a device fault leaves the context unusable,
+    /// so no later case can run.
+    fn try_candidate(&mut self, candidate: Vec<Op>) -> Result<bool, SetupError> {
+        self.runs_left = self.runs_left.saturating_sub(1);
+        match run_case(self.factory, self.backend, self.machine_seed, &candidate)? {
+            Some(f) if f.check == self.finding.check => {
+                self.ops = candidate;
+                self.finding = f;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    /// proptest's shrinking: drop operations, then simplify what is left.
+    fn proptest(&mut self, tree: &mut impl ValueTree<Value = Vec<Op>>) -> Result<(), SetupError> {
+        if !tree.simplify() {
+            return Ok(());
+        }
+        while self.runs_left > 0 {
+            let more = if self.try_candidate(tree.current())? {
+                tree.simplify()
+            } else {
+                tree.complicate()
+            };
+            if !more {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// The passes after proptest's shrinking (the only ones for the fixed scenarios): remove
+    /// steps with the runs left, then lower picks with [`PICK_RUNS`] more.
+    fn last_passes(&mut self) -> Result<(), SetupError> {
+        self.remove_steps()?;
+        self.runs_left = PICK_RUNS;
+        self.small_picks()
+    }
+
+    /// Removes one step at a time, from the last.
+    fn remove_steps(&mut self) -> Result<(), SetupError> {
+        let mut i = self.ops.len();
+        while i > 0 && self.runs_left > 0 {
+            i -= 1;
+            let mut candidate = self.ops.clone();
+            candidate.remove(i);
+            if self.try_candidate(candidate)? {
+                i = i.min(self.ops.len());
+            }
+        }
+        Ok(())
+    }
+
+    /// Lowers each pick to the smallest value (0 to 3) that still fails the same check, so that
+    /// the shrunk case reads `drop(#1)` rather than `drop(#40213)`.
+    fn small_picks(&mut self) -> Result<(), SetupError> {
+        for i in 0..self.ops.len() {
+            let Some(current) = self.ops[i].pick_mut().map(|p| *p) else {
+                continue;
+            };
+            for small in 0..current.min(4) {
+                if self.runs_left == 0 {
+                    return Ok(());
+                }
+                let mut candidate = self.ops.clone();
+                if let Some(p) = candidate[i].pick_mut() {
+                    *p = small;
+                }
+                if self.try_candidate(candidate)? {
+                    break;
+                }
+            }
+        }
+        Ok(())
     }
 }
 
-/// Keeps `shrunk` (see [`keep`]); the error that stopped it, if any, ends the run with the
-/// failure still reported.
+/// Keeps the shortened failure (see [`keep`]); `stopped`, the error that ended the shortening
+/// early if one did, ends the run with the failure still reported.
 fn keep_shrunk(
     found: &Mutex<BTreeMap<CheckId, Found>>,
     case: usize,
-    machine_seed: u64,
-    shrunk: Shrunk,
+    shortening: Shortening<'_>,
+    stopped: Option<SetupError>,
 ) -> Result<(), SetupError> {
-    let check = shrunk.finding.check;
-    keep(found, case, machine_seed, (shrunk.ops, shrunk.finding));
-    match shrunk.stopped {
+    let check = shortening.finding.check;
+    let machine_seed = shortening.machine_seed;
+    keep(
+        found,
+        case,
+        machine_seed,
+        (shortening.ops, shortening.finding),
+    );
+    match stopped {
         None => Ok(()),
         Some(SetupError(e)) => Err(SetupError(format!(
             "{e}; this happened while shortening case {case}'s failure of {}, which is reported \
@@ -338,72 +409,6 @@ fn keep_shrunk(
             check.name()
         ))),
     }
-}
-
-/// Removes one step at a time while the same check still fails (a last pass after
-/// proptest's shrinking, and the only one for the fixed scenarios).
-fn remove_steps(
-    factory: &dyn ManagerFactory,
-    backend: &dyn Backend,
-    machine_seed: u64,
-    mut ops: Vec<Op>,
-    mut finding: Finding,
-    mut budget: usize,
-) -> Shrunk {
-    let mut i = ops.len();
-    while i > 0 && budget > 0 {
-        i -= 1;
-        budget -= 1;
-        let mut candidate = ops.clone();
-        candidate.remove(i);
-        match run_case(factory, backend, machine_seed, &candidate) {
-            Ok(Some(f)) if f.check == finding.check => {
-                ops = candidate;
-                finding = f;
-                i = i.min(ops.len());
-            }
-            Ok(_) => {}
-            Err(e) => return Shrunk::of(ops, finding, Some(e)),
-        }
-    }
-    small_picks(factory, backend, machine_seed, ops, finding, PICK_RUNS)
-}
-
-/// Lowers each pick to the smallest value (0 to 3) that still fails the same check, so that
-/// the shrunk case reads `drop(#1)` rather than `drop(#40213)`.
-fn small_picks(
-    factory: &dyn ManagerFactory,
-    backend: &dyn Backend,
-    machine_seed: u64,
-    mut ops: Vec<Op>,
-    mut finding: Finding,
-    mut budget: usize,
-) -> Shrunk {
-    for i in 0..ops.len() {
-        let Some(current) = ops[i].pick_mut().map(|p| *p) else {
-            continue;
-        };
-        for small in 0..current.min(4) {
-            if budget == 0 {
-                return Shrunk::of(ops, finding, None);
-            }
-            budget -= 1;
-            let mut candidate = ops.clone();
-            if let Some(p) = candidate[i].pick_mut() {
-                *p = small;
-            }
-            match run_case(factory, backend, machine_seed, &candidate) {
-                Ok(Some(f)) if f.check == finding.check => {
-                    ops = candidate;
-                    finding = f;
-                    break;
-                }
-                Ok(_) => {}
-                Err(e) => return Shrunk::of(ops, finding, Some(e)),
-            }
-        }
-    }
-    Shrunk::of(ops, finding, None)
 }
 
 fn failure(plugin: &str, backend: &dyn Backend, config: &Config, f: Found) -> Failure {
