@@ -82,6 +82,7 @@ pub fn case(max_ops: usize) -> BoxedStrategy<Vec<Op>> {
 pub fn scenarios() -> Vec<(&'static str, Vec<Op>)> {
     use Op::*;
     let s = |n| Size::Pages(n);
+    let alloc_on = |size, lane| MemallocAsync { size, lane };
     vec![
         ("reset before initialize", vec![Reset, Initialize, Reset]),
         (
@@ -142,55 +143,31 @@ pub fn scenarios() -> Vec<(&'static str, Vec<Op>)> {
         (
             "stream-ordered reuse with and without event waits",
             vec![
-                MemallocAsync {
-                    size: s(1),
-                    lane: 1,
-                },
+                alloc_on(s(1), 1),
                 Write { pick: 0, lane: 1 },
                 FreeAsync { pick: 0, lane: 1 },
-                MemallocAsync {
-                    size: s(1),
-                    lane: 1,
-                },
-                MemallocAsync {
-                    size: s(1),
-                    lane: 2,
-                },
+                alloc_on(s(1), 1),
+                alloc_on(s(1), 2),
                 Write { pick: 0, lane: 2 },
                 FreeAsync { pick: 1, lane: 2 },
                 RecordAndWait { from: 2, to: 3 },
-                MemallocAsync {
-                    size: s(1),
-                    lane: 3,
-                },
+                alloc_on(s(1), 3),
                 Verify,
             ],
         ),
         (
             "memory freed on one stream taken on another with no wait between them",
             vec![
-                MemallocAsync {
-                    size: s(1),
-                    lane: 1,
-                },
+                alloc_on(s(1), 1),
                 Write { pick: 0, lane: 1 },
                 FreeAsync { pick: 0, lane: 1 },
-                MemallocAsync {
-                    size: s(1),
-                    lane: 2,
-                },
+                alloc_on(s(1), 2),
                 Write { pick: 0, lane: 2 },
                 FreeAsync { pick: 0, lane: 2 },
-                MemallocAsync {
-                    size: Size::One,
-                    lane: 3,
-                },
+                alloc_on(Size::One, 3),
                 Write { pick: 0, lane: 3 },
                 Drop { pick: 0 },
-                MemallocAsync {
-                    size: Size::One,
-                    lane: 1,
-                },
+                alloc_on(Size::One, 1),
                 FreeAsync { pick: 0, lane: 1 },
                 Memalloc { size: Size::One },
                 Verify,

@@ -5,9 +5,8 @@
 //! log thread.
 
 use std::collections::HashMap;
-use std::io::{self, Write};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use emm_bench::replay::{replay, EventLog, ReplayOptions, Threading};
 use emm_core::mr::{
@@ -16,25 +15,6 @@ use emm_core::mr::{
 use emm_core::workloads::SplitMix64;
 use emm_core::{DevicePtr, Driver, StreamId};
 use emm_sim::{SimConfig, SimDriver, GIB, MIB};
-
-#[derive(Clone, Default)]
-struct SharedBuf(Arc<Mutex<Vec<u8>>>);
-
-impl SharedBuf {
-    fn text(&self) -> String {
-        String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
-    }
-}
-
-impl Write for SharedBuf {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
 
 const LIMIT: u64 = 2 * MIB;
 
@@ -49,10 +29,9 @@ fn fill_and_check(g: &SimDriver, p: DevicePtr, n: usize, tag: u8, s: StreamId) {
 #[test]
 fn a_chain_shared_by_four_threads_stays_consistent_and_its_log_replays() {
     let g = SimDriver::new(SimConfig::new(21).memory_per_device(GIB)).unwrap();
-    let buf = SharedBuf::default();
     let chain = Arc::new(StatisticsAdaptor::new(LoggingAdaptor::new(
         LimitingAdaptor::new(CudaResource::new(g.clone()), LIMIT),
-        buf.clone(),
+        Vec::new(),
     )));
     let (ok, refused) = (AtomicUsize::new(0), AtomicUsize::new(0));
     std::thread::scope(|s| {
@@ -120,7 +99,9 @@ fn a_chain_shared_by_four_threads_stays_consistent_and_its_log_replays() {
     assert!(report.is_clean(), "{report}");
 
     // The log says the same.
-    let log = EventLog::parse_str(&buf.text()).unwrap();
+    let chain = Arc::into_inner(chain).expect("the threads are done");
+    let (_, written) = chain.into_upstream().into_parts();
+    let log = EventLog::parse_str(std::str::from_utf8(&written).unwrap()).unwrap();
     let summary = log.summary();
     assert_eq!(
         (
@@ -137,8 +118,7 @@ fn a_chain_shared_by_four_threads_stays_consistent_and_its_log_replays() {
     // And replays to the same counts, on one thread and on one thread per log thread.
     for threading in [Threading::Single, Threading::PerLogThread] {
         let target = SimDriver::new(SimConfig::new(22).memory_per_device(GIB)).unwrap();
-        let replay_log = SharedBuf::default();
-        let resource = LoggingAdaptor::new(CudaResource::new(target.clone()), replay_log.clone());
+        let resource = LoggingAdaptor::new(CudaResource::new(target.clone()), Vec::new());
         let options = ReplayOptions {
             threading,
             ..ReplayOptions::default()
@@ -153,7 +133,8 @@ fn a_chain_shared_by_four_threads_stays_consistent_and_its_log_replays() {
 
         // The replay's own log: same sizes in the same order; in per-thread mode each log
         // thread maps to one replay thread and back.
-        let again = EventLog::parse_str(&replay_log.text()).unwrap();
+        let (_, written) = resource.into_parts();
+        let again = EventLog::parse_str(std::str::from_utf8(&written).unwrap()).unwrap();
         let original: Vec<_> = log
             .events()
             .iter()

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use emm_cli::{self as cli, help, list, EXIT_CANNOT_RUN, EXIT_FAIL, EXIT_PASS};
 use emm_core::contract::register_manager;
+use emm_core::managers::{ResourceManagerFactory, DEFAULT_MANAGER_NAME};
 use zoo::{Bug, ZooFactory};
 
 fn emm(args: &str) -> i32 {
@@ -85,16 +86,9 @@ fn help_and_list_name_every_command_check_and_plugin() {
     let l = list::text();
     assert!(l.contains("checks (25):"), "{l}");
     assert!(l.contains("ipc_handle_addresses_same_bytes"), "{l}");
-    for name in [
-        "default",
-        "pool",
-        "pool-vmm",
-        "pool-vmm-tight",
-        "arena",
-        "binning",
-        "async",
-        "managed",
-    ] {
+    let builtins = ResourceManagerFactory::builtins();
+    let names = builtins.iter().map(|f| f.name());
+    for name in std::iter::once(DEFAULT_MANAGER_NAME).chain(names) {
         assert!(l.contains(&format!(" {name}")), "{name} missing from: {l}");
     }
 }
