@@ -106,15 +106,12 @@ impl<D: Driver + ?Sized> MemoryManager for DefaultManager<D> {
     /// One driver call; on out of memory, a flush and one more.
     fn memalloc(&self, size: usize) -> EmmResult<MemoryPointer> {
         let h = &self.base;
-        h.check_request("memalloc", size)?;
-        let _scope = CallerScope::enter(Self::TAG);
-        let ptr = h
-            .attempt(|| h.driver.mem_alloc(size))
-            .map_err(|e| h.alloc_error(size, e))?;
-        let finalizer = h.finalizer(Dealloc::Device {
-            ptr,
-            bytes: size as u64,
-        });
+        let (ptr, finalizer) = h.driver_allocate(
+            "memalloc",
+            size,
+            || h.driver.mem_alloc(size),
+            |ptr, bytes| Dealloc::Device { ptr, bytes },
+        )?;
         Ok(MemoryPointer::new(h.context, ptr, size, finalizer))
     }
 
@@ -141,16 +138,12 @@ impl<D: Driver + ?Sized> MemoryManager for DefaultManager<D> {
 
     fn memalloc_async(&self, size: usize, stream: StreamId) -> EmmResult<MemoryPointer> {
         let h = &self.base;
-        h.check_request("memalloc_async", size)?;
-        let _scope = CallerScope::enter(Self::TAG);
-        let ptr = h
-            .attempt(|| h.driver.mem_alloc_async(size, stream))
-            .map_err(|e| h.alloc_error(size, e))?;
-        let finalizer = h.finalizer(Dealloc::DeviceAsync {
-            ptr,
-            bytes: size as u64,
-            stream,
-        });
+        let (ptr, finalizer) = h.driver_allocate(
+            "memalloc_async",
+            size,
+            || h.driver.mem_alloc_async(size, stream),
+            |ptr, bytes| Dealloc::DeviceAsync { ptr, bytes, stream },
+        )?;
         Ok(MemoryPointer::new(h.context, ptr, size, finalizer))
     }
 

@@ -117,6 +117,24 @@ impl<D: Driver + ?Sized> ManagerBase<D> {
         }
     }
 
+    /// A driver allocation of `size` bytes for `operation`: the request checked, the caller
+    /// tagged, [`Self::attempt`]'s retry on out of memory, and the finalizer that frees it
+    /// with `dealloc`'s item.
+    pub(crate) fn driver_allocate<P: Copy>(
+        &self,
+        operation: &'static str,
+        size: usize,
+        allocate: impl Fn() -> DriverResult<P>,
+        dealloc: impl FnOnce(P, u64) -> Dealloc,
+    ) -> EmmResult<(P, Option<Finalizer>)> {
+        self.check_request(operation, size)?;
+        let _scope = CallerScope::enter(self.tag);
+        let ptr = self
+            .attempt(allocate)
+            .map_err(|e| self.alloc_error(size, e))?;
+        Ok((ptr, self.finalizer(dealloc(ptr, size as u64))))
+    }
+
     pub(crate) fn finalizer(&self, item: Dealloc) -> Option<Finalizer> {
         Some(Finalizer::enqueue(Arc::clone(&self.sink), item))
     }
@@ -128,20 +146,17 @@ impl<D: Driver + ?Sized> ManagerBase<D> {
         portable: bool,
         wc: bool,
     ) -> EmmResult<HostMemory> {
-        self.check_request("memhostalloc", size)?;
-        let _scope = CallerScope::enter(self.tag);
         let flags = HostAllocFlags {
             mapped,
             portable,
             write_combined: wc,
         };
-        let host = self
-            .attempt(|| self.driver.host_alloc(size, flags))
-            .map_err(|e| self.alloc_error(size, e))?;
-        let finalizer = self.finalizer(Dealloc::Host {
-            ptr: host,
-            bytes: size as u64,
-        });
+        let (host, finalizer) = self.driver_allocate(
+            "memhostalloc",
+            size,
+            || self.driver.host_alloc(size, flags),
+            |ptr, bytes| Dealloc::Host { ptr, bytes },
+        )?;
         self.host_memory(host, size, None, mapped, finalizer, || {
             self.driver.host_free(host)
         })
@@ -211,15 +226,12 @@ impl<D: Driver + ?Sized> ManagerBase<D> {
         size: usize,
         attach_global: bool,
     ) -> EmmResult<ManagedMemory> {
-        self.check_request("memallocmanaged", size)?;
-        let _scope = CallerScope::enter(self.tag);
-        let ptr = self
-            .attempt(|| self.driver.mem_alloc_managed(size, attach_global))
-            .map_err(|e| self.alloc_error(size, e))?;
-        let finalizer = self.finalizer(Dealloc::Managed {
-            ptr,
-            bytes: size as u64,
-        });
+        let (ptr, finalizer) = self.driver_allocate(
+            "memallocmanaged",
+            size,
+            || self.driver.mem_alloc_managed(size, attach_global),
+            |ptr, bytes| Dealloc::Managed { ptr, bytes },
+        )?;
         Ok(ManagedMemory::new(self.context, ptr, size, finalizer))
     }
 
