@@ -13,6 +13,13 @@ fn emm(args: &str) -> i32 {
     cli::main(args.split_whitespace().map(String::from).collect())
 }
 
+/// Runs `emm` with each command line and asserts its exit status.
+fn exits(cases: &[(&str, i32)]) {
+    for &(args, status) in cases {
+        assert_eq!(emm(args), status, "emm {args}");
+    }
+}
+
 #[test]
 fn exit_status_is_0_on_pass_1_on_a_failed_check_2_when_the_plugin_cannot_run() {
     register_manager(
@@ -20,32 +27,31 @@ fn exit_status_is_0_on_pass_1_on_a_failed_check_2_when_the_plugin_cannot_run() {
         Arc::new(ZooFactory(Bug::MisalignedPointers)),
     )
     .unwrap();
-    assert_eq!(
-        emm("check default --seed 4 --cases 8 --no-regressions --no-verdict --json"),
-        EXIT_PASS
-    );
-    assert_eq!(
-        emm("check zoo-misaligned --seed 4 --cases 8 --no-regressions --no-verdict"),
-        EXIT_FAIL
-    );
-    assert_eq!(
-        emm("check no-such-plugin --no-regressions"),
-        EXIT_CANNOT_RUN
-    );
-    assert_eq!(
-        emm("check /tmp/missing.wasm --no-regressions --json"),
-        EXIT_CANNOT_RUN
-    );
-    assert_eq!(emm("check default --backend cuda"), EXIT_CANNOT_RUN);
-    assert_eq!(emm("check"), EXIT_CANNOT_RUN);
-    assert_eq!(emm("check default --cases"), EXIT_CANNOT_RUN);
-    assert_eq!(emm("check default --bogus"), EXIT_CANNOT_RUN);
-    assert_eq!(emm("check --help"), EXIT_PASS);
-    assert_eq!(emm("list"), EXIT_PASS);
-    assert_eq!(emm("list --json"), EXIT_PASS);
-    assert_eq!(emm("frobnicate"), EXIT_CANNOT_RUN);
-    assert_eq!(emm(""), EXIT_CANNOT_RUN);
-    assert_eq!(emm("help"), EXIT_PASS);
+    exits(&[
+        (
+            "check default --seed 4 --cases 8 --no-regressions --no-verdict --json",
+            EXIT_PASS,
+        ),
+        (
+            "check zoo-misaligned --seed 4 --cases 8 --no-regressions --no-verdict",
+            EXIT_FAIL,
+        ),
+        ("check no-such-plugin --no-regressions", EXIT_CANNOT_RUN),
+        (
+            "check /tmp/missing.wasm --no-regressions --json",
+            EXIT_CANNOT_RUN,
+        ),
+        ("check default --backend cuda", EXIT_CANNOT_RUN),
+        ("check", EXIT_CANNOT_RUN),
+        ("check default --cases", EXIT_CANNOT_RUN),
+        ("check default --bogus", EXIT_CANNOT_RUN),
+        ("check --help", EXIT_PASS),
+        ("list", EXIT_PASS),
+        ("list --json", EXIT_PASS),
+        ("frobnicate", EXIT_CANNOT_RUN),
+        ("", EXIT_CANNOT_RUN),
+        ("help", EXIT_PASS),
+    ]);
 }
 
 #[test]
@@ -144,17 +150,19 @@ fn replay_and_bench_run_and_refuse_bad_input() {
 /// `emm bench --threads` and `--devices` run and refuse bad lists.
 #[test]
 fn bench_threads_and_devices_run_and_refuse_bad_input() {
-    assert_eq!(
-        emm("bench --threads 1,2 --workload W1 --resource sharded --round-ops 1 --passes 1 --json"),
-        EXIT_PASS
-    );
-    assert_eq!(
-        emm("bench --devices 1,3 --workload W1 --resource pool --json"),
-        EXIT_PASS
-    );
-    assert_eq!(emm("bench --threads 1,x"), EXIT_CANNOT_RUN);
-    assert_eq!(emm("bench --devices 17"), EXIT_CANNOT_RUN);
-    assert_eq!(emm("bench --threads 2 --streams both"), EXIT_CANNOT_RUN);
+    exits(&[
+        (
+            "bench --threads 1,2 --workload W1 --resource sharded --round-ops 1 --passes 1 --json",
+            EXIT_PASS,
+        ),
+        (
+            "bench --devices 1,3 --workload W1 --resource pool --json",
+            EXIT_PASS,
+        ),
+        ("bench --threads 1,x", EXIT_CANNOT_RUN),
+        ("bench --devices 17", EXIT_CANNOT_RUN),
+        ("bench --threads 2 --streams both", EXIT_CANNOT_RUN),
+    ]);
 }
 
 /// The built `emm` binary, with `args`, its stdout to `stdout` (piped when `None`); waits at
