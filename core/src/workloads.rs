@@ -211,6 +211,11 @@ pub fn w1() -> Workload {
     Workload::new("W1", random_walk(0xA11C_0001, 100_000, MIB, 8 * GIB))
 }
 
+/// W1's walk (its seed, sizes and cap) cut to `steps` steps: W1's shape in less time.
+pub fn w1_shaped(steps: u64) -> Workload {
+    Workload::new("w1-shaped", random_walk(0xA11C_0001, steps, MIB, 8 * GIB))
+}
+
 /// W2: random walk, seed `0xA11C0002`, 20 000 steps, sizes up to 64 MiB, 32 GiB cap.
 pub fn w2() -> Workload {
     Workload::new("W2", random_walk(0xA11C_0002, 20_000, 64 * MIB, 32 * GIB))

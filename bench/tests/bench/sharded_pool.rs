@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use emm_bench::threads::{self as bench_threads, ThreadsConfig};
 use emm_core::mr::{Backing, CudaResource, PoolOptions, PoolResource, ShardedPoolResource};
-use emm_core::workloads::{Op, Workload};
+use emm_core::workloads::{self, Op, Workload};
 use emm_core::{DeviceId, Driver};
 use emm_sim::{SimConfig, SimDriver, GIB, MIB};
 
@@ -74,20 +74,12 @@ fn held_stays_under_a_quarter_above_peak_live_with_up_to_eight_threads() {
     }
 }
 
-/// A W1-shaped list (emm_core::workloads' random walk, 1 B to 1 MiB), shorter.
-fn w1_shaped(steps: u64) -> Workload {
-    Workload::new(
-        "w1-shaped",
-        emm_core::workloads::random_walk(0xA11C_0001, steps, 1 << 20, 8 * GIB),
-    )
-}
-
 #[test]
 fn w1_shaped_churn_by_four_threads_stays_in_the_shards() {
     // The many-threads benchmark's protocol (one team of threads through a warm-up and a
     // timed round), counted: before shards kept their chunks, each request of 512 KiB or
     // more moved a chunk through the shared pool, 254 chunk moves per 1 000 operations.
-    let w = w1_shaped(20_000);
+    let w = workloads::w1_shaped(20_000);
     for shared_stream in [false, true] {
         let g = SimDriver::new(
             SimConfig::new(11)

@@ -1,55 +1,14 @@
 //! `PrefetchAdaptor`: new managed allocations are prefetched to the device on their stream;
-//! a failed prefetch gives the memory back (rollback). The managed-memory upstream is a small
-//! one written here (`ManagedResource` comes from another part of the project).
+//! a failed prefetch gives the memory back (rollback). The upstream is `ManagedResource`.
 
 use crate::adaptor_suite;
 
 use std::sync::Arc;
 
 use adaptor_suite::{assert_released, check_all, Alignment};
-use emm_core::mr::{CudaResource, DeviceMemoryResource, MrError, MrResult, PrefetchAdaptor};
-use emm_core::{CudaCode, DeviceId, DevicePtr, Driver, Location, StreamId};
+use emm_core::mr::{CudaResource, DeviceMemoryResource, ManagedResource, MrError, PrefetchAdaptor};
+use emm_core::{CudaCode, DeviceId, Driver, Location, StreamId};
 use emm_sim::{CallKind, Fault, SimConfig, SimDriver, GIB};
-
-/// Managed memory straight from `cuMemAllocManaged`.
-struct Managed {
-    driver: SimDriver,
-}
-
-impl DeviceMemoryResource for Managed {
-    fn name(&self) -> &'static str {
-        "Managed"
-    }
-    fn allocate(&self, bytes: usize, _stream: StreamId) -> MrResult<DevicePtr> {
-        if bytes == 0 {
-            return Ok(DevicePtr::NULL);
-        }
-        self.driver
-            .mem_alloc_managed(bytes, true)
-            .map_err(|e| match e.is_out_of_memory() {
-                true => MrError::OutOfMemory {
-                    resource: "Managed",
-                    requested: bytes as u64,
-                    available: None,
-                },
-                false => MrError::Driver(e),
-            })
-    }
-    fn deallocate(&self, ptr: DevicePtr, bytes: usize, _stream: StreamId) -> MrResult<()> {
-        if ptr == DevicePtr::NULL && bytes == 0 {
-            return Ok(());
-        }
-        self.driver.mem_free(ptr).map_err(|e| MrError::InvalidFree {
-            resource: "Managed",
-            ptr,
-            bytes: bytes as u64,
-            reason: e.to_string(),
-        })
-    }
-    fn driver(&self) -> &dyn Driver {
-        &self.driver
-    }
-}
 
 fn gpu() -> SimDriver {
     SimDriver::new(SimConfig::new(12).memory_per_device(4 * GIB)).unwrap()
@@ -58,7 +17,7 @@ fn gpu() -> SimDriver {
 #[test]
 fn keeps_the_rules() {
     let g = gpu();
-    let r = Arc::new(PrefetchAdaptor::new(Managed { driver: g.clone() }));
+    let r = Arc::new(PrefetchAdaptor::new(ManagedResource::new(g.clone())));
     check_all(Arc::clone(&r), &g, Alignment::UpTo256);
     drop(r);
     assert_released(&g);
@@ -67,7 +26,7 @@ fn keeps_the_rules() {
 #[test]
 fn a_new_allocation_is_resident_on_the_device_after_its_stream() {
     let g = gpu();
-    let r = PrefetchAdaptor::new(Managed { driver: g.clone() });
+    let r = PrefetchAdaptor::new(ManagedResource::new(g.clone()));
     let s = g.stream_create(true).unwrap();
     let size = 1 << 20;
     let p = r.allocate(size, s).unwrap();
@@ -95,7 +54,7 @@ fn a_new_allocation_is_resident_on_the_device_after_its_stream() {
 #[test]
 fn a_failed_prefetch_gives_the_memory_back() {
     let g = gpu();
-    let r = PrefetchAdaptor::new(Managed { driver: g.clone() });
+    let r = PrefetchAdaptor::new(ManagedResource::new(g.clone()));
     g.inject(Fault::FailNth {
         call: Some(CallKind::MemPrefetch),
         nth: 1,

@@ -3,33 +3,9 @@
 use std::sync::Arc;
 
 use emm_core::containers::{DeviceBuffer, DeviceScalar, DeviceVec, Stream};
-use emm_core::mr::{CudaResource, DeviceMemoryResource, MrError, MrResult};
+use emm_core::mr::{AsyncResource, CudaResource, DeviceMemoryResource, MrError};
 use emm_core::{DeviceId, DevicePtr, Driver, StreamId};
 use emm_sim::{SimConfig, SimDriver, GIB, MIB};
-
-/// Stream-ordered memory from the driver's pool, so that frees happen on a stream.
-struct Async(SimDriver);
-
-impl DeviceMemoryResource for Async {
-    fn name(&self) -> &'static str {
-        "test-async"
-    }
-    fn allocate(&self, bytes: usize, stream: StreamId) -> MrResult<DevicePtr> {
-        if bytes == 0 {
-            return Ok(DevicePtr::NULL);
-        }
-        Ok(self.0.mem_alloc_async(bytes, stream)?)
-    }
-    fn deallocate(&self, ptr: DevicePtr, _bytes: usize, stream: StreamId) -> MrResult<()> {
-        if ptr == DevicePtr::NULL {
-            return Ok(());
-        }
-        Ok(self.0.mem_free_async(ptr, stream)?)
-    }
-    fn driver(&self) -> &dyn Driver {
-        &self.0
-    }
-}
 
 fn gpu(memory: u64) -> SimDriver {
     SimDriver::new(SimConfig::new(3).devices(2).memory_per_device(memory)).unwrap()
@@ -99,7 +75,8 @@ fn zero_length_containers() {
 #[test]
 fn drop_frees_on_the_buffers_stream_and_other_streams_need_a_wait() {
     let g = gpu(GIB);
-    let mr: Arc<dyn DeviceMemoryResource> = Arc::new(Async(g.clone()));
+    let mr: Arc<dyn DeviceMemoryResource> =
+        Arc::new(AsyncResource::from_default_pool(g.clone()).unwrap());
     let (s1, s2) = (
         Stream::new(g.clone(), true).unwrap(),
         Stream::new(g.clone(), true).unwrap(),

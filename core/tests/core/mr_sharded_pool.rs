@@ -9,7 +9,7 @@ use emm_core::mr::sharded_pool::SHARD_CHUNK;
 use emm_core::mr::{
     Backing, CudaResource, DeviceMemoryResource, PoolOptions, PoolResource, ShardedPoolResource,
 };
-use emm_core::workloads::Workload;
+use emm_core::workloads::{self, Workload};
 use emm_core::{DeviceId, DevicePtr, Driver, StreamId};
 use emm_sim::{CallKind, SimConfig, SimDriver, GIB, MIB};
 
@@ -206,14 +206,6 @@ fn memory_freed_on_another_stream_is_reused_only_after_an_event() {
     end_clean(&g, [a, b], || {});
 }
 
-/// A W1-shaped list (emm_core::workloads' random walk, 1 B to 1 MiB), shorter.
-fn w1_shaped(steps: u64) -> Workload {
-    Workload::new(
-        "w1-shaped",
-        emm_core::workloads::random_walk(0xA11C_0001, steps, 1 << 20, 8 * GIB),
-    )
-}
-
 #[test]
 fn a_thread_replaying_its_list_again_takes_nothing_from_the_shared_pool() {
     // Each pass rises to its peak and frees everything at the end, as a training step does:
@@ -221,7 +213,7 @@ fn a_thread_replaying_its_list_again_takes_nothing_from_the_shared_pool() {
     // calls the driver.
     let g = gpu(4 * GIB);
     let r = sharded(&g, 4);
-    let w = w1_shaped(20_000);
+    let w = workloads::w1_shaped(20_000);
     let pass = || crate::common::replay(&r, &w).unwrap();
     pass();
     let (calls, moves) = (g.call_count(), r.chunk_moves().unwrap());
