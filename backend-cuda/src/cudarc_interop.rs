@@ -103,49 +103,21 @@ pub trait AsCudarc<T> {
 
 impl<T: Pod> AsCudarc<T> for DeviceVec<T> {
     fn cudarc(&self, stream: &Arc<CudaStream>) -> DriverResult<EmmSlice<'_, T>> {
-        order(stream.cu_stream(), as_raw(self.stream()))?;
-        Ok(EmmSlice {
-            ptr: self.ptr().0,
-            len: self.len(),
-            stream: Arc::clone(stream),
-            own: self.stream(),
-            _borrow: PhantomData,
-        })
+        EmmSlice::lend(self.ptr().0, self.len(), self.stream(), stream)
     }
 
     fn cudarc_mut(&mut self, stream: &Arc<CudaStream>) -> DriverResult<EmmSliceMut<'_, T>> {
-        order(stream.cu_stream(), as_raw(self.stream()))?;
-        Ok(EmmSliceMut {
-            ptr: self.ptr().0,
-            len: self.len(),
-            stream: Arc::clone(stream),
-            own: self.stream(),
-            _borrow: PhantomData,
-        })
+        EmmSliceMut::lend(self.ptr().0, self.len(), self.stream(), stream)
     }
 }
 
 impl AsCudarc<u8> for DeviceBuffer {
     fn cudarc(&self, stream: &Arc<CudaStream>) -> DriverResult<EmmSlice<'_, u8>> {
-        order(stream.cu_stream(), as_raw(self.stream()))?;
-        Ok(EmmSlice {
-            ptr: self.ptr().0,
-            len: self.size(),
-            stream: Arc::clone(stream),
-            own: self.stream(),
-            _borrow: PhantomData,
-        })
+        EmmSlice::lend(self.ptr().0, self.size(), self.stream(), stream)
     }
 
     fn cudarc_mut(&mut self, stream: &Arc<CudaStream>) -> DriverResult<EmmSliceMut<'_, u8>> {
-        order(stream.cu_stream(), as_raw(self.stream()))?;
-        Ok(EmmSliceMut {
-            ptr: self.ptr().0,
-            len: self.size(),
-            stream: Arc::clone(stream),
-            own: self.stream(),
-            _borrow: PhantomData,
-        })
+        EmmSliceMut::lend(self.ptr().0, self.size(), self.stream(), stream)
     }
 }
 
@@ -159,20 +131,35 @@ fn release(stream: &CudaStream, own: StreamId) {
     }
 }
 
-impl<T> Drop for EmmSlice<'_, T> {
-    fn drop(&mut self) {
-        release(&self.stream, self.own);
-    }
-}
-
-impl<T> Drop for EmmSliceMut<'_, T> {
-    fn drop(&mut self) {
-        release(&self.stream, self.own);
-    }
-}
-
+/// A view's constructor, its release on drop and cudarc's traits, for both views.
 macro_rules! cudarc_slice {
     ($view:ident) => {
+        impl<T> $view<'_, T> {
+            /// `len` elements at `ptr`, whose own emm stream is `own`, for cudarc's `stream`,
+            /// which first waits for `own`.
+            fn lend(
+                ptr: sys::CUdeviceptr,
+                len: usize,
+                own: StreamId,
+                stream: &Arc<CudaStream>,
+            ) -> DriverResult<Self> {
+                order(stream.cu_stream(), as_raw(own))?;
+                Ok($view {
+                    ptr,
+                    len,
+                    stream: Arc::clone(stream),
+                    own,
+                    _borrow: PhantomData,
+                })
+            }
+        }
+
+        impl<T> Drop for $view<'_, T> {
+            fn drop(&mut self) {
+                release(&self.stream, self.own);
+            }
+        }
+
         impl<T> DeviceSlice<T> for $view<'_, T> {
             fn len(&self) -> usize {
                 self.len

@@ -558,3 +558,7 @@ fn a_stream_of_another_library_is_adopted_used_and_never_destroyed() {
 /// Several GPUs: skipped cleanly with fewer than two.
 #[path = "hardware/multi_gpu.rs"]
 mod multi_gpu;
+
+/// emm memory lent to cudarc.
+#[path = "hardware/cudarc_interop.rs"]
+mod cudarc_interop;
