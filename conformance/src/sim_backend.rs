@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use emm_core::attribution::CallerScope;
 use emm_core::{DevicePtr, Driver};
-use emm_sim::{Fault, SimConfig, SimDriver, Violation, GIB};
+use emm_sim::{SimConfig, SimDriver, Violation, GIB};
 
 use emm_sim::CallKind;
 
@@ -18,48 +18,26 @@ pub const SIM_MEMORY: u64 = 80 * GIB;
 /// The simulated GPU, a fresh machine per case seeded from the case's seed.
 #[derive(Debug, Clone)]
 pub struct SimBackend {
-    memory: u64,
-    hardware: bool,
-    driver_reserve: u64,
-    faults: Vec<Fault>,
+    /// Every machine's configuration but its seed.
+    config: SimConfig,
 }
 
 impl SimBackend {
     /// A backend whose machines have one device of [`SIM_MEMORY`] bytes.
     pub fn new() -> Self {
         SimBackend {
-            memory: SIM_MEMORY,
-            hardware: false,
-            driver_reserve: 0,
-            faults: Vec::new(),
+            config: SimConfig::default().memory_per_device(SIM_MEMORY),
         }
     }
 
-    /// With `bytes` of device memory per machine.
-    pub fn with_memory(mut self, bytes: u64) -> Self {
-        self.memory = bytes;
-        self
-    }
-
-    /// With machines whose driver keeps `bytes` of each device for itself while
-    /// `cuMemGetInfo` reports them free, as a GPU keeps memory for page tables
-    /// ([`SimConfig::driver_reserve`](emm_sim::SimConfig::driver_reserve)).
-    pub fn with_driver_reserve(mut self, bytes: u64) -> Self {
-        self.driver_reserve = bytes;
-        self
-    }
-
-    /// With machines whose driver fails calls as `fault` says from the start
-    /// ([`SimConfig::fault`]): how a suite's reports read when a GPU misbehaves.
-    pub fn with_fault(mut self, fault: Fault) -> Self {
-        self.faults.push(fault);
-        self
-    }
-
-    /// With machines that present themselves as hardware (`Driver::is_simulated` is false):
-    /// the stubbed device that takes a `.wasm` plugin through the gate as a real GPU does.
-    pub fn present_as_hardware(mut self, on: bool) -> Self {
-        self.hardware = on;
+    /// With machines configured by `change` from this backend's configuration, e.g.
+    /// `SimBackend::new().configure(|c| c.fault(fault))`: a driver that fails calls from the
+    /// start ([`SimConfig::fault`]), memory kept for the driver itself
+    /// ([`SimConfig::driver_reserve`]), or machines that present themselves as hardware
+    /// ([`SimConfig::present_as_hardware`]: the stubbed device that takes a `.wasm` plugin
+    /// through the gate as a real GPU does). The seed stays each case's own.
+    pub fn configure(mut self, change: impl FnOnce(SimConfig) -> SimConfig) -> Self {
+        self.config = change(self.config);
         self
     }
 }
@@ -80,11 +58,10 @@ impl Backend for SimBackend {
     }
 
     fn machine(&self, seed: u64) -> Result<Box<dyn Machine>, String> {
-        let config = SimConfig::new(seed)
-            .memory_per_device(self.memory)
-            .driver_reserve(self.driver_reserve)
-            .present_as_hardware(self.hardware);
-        let config = self.faults.iter().cloned().fold(config, SimConfig::fault);
+        let config = SimConfig {
+            seed,
+            ..self.config.clone()
+        };
         let driver = SimDriver::new(config)?;
         // The second process and its doorbell exist from the start, so that the doorbell
         // never competes with the plugin for memory (the baseline includes it).

@@ -108,7 +108,7 @@ fn on_hardware(path: &Path, store: &Path, mode: GateMode) -> emm_conformance::Re
     let factory = load_plugin(path, PluginLimits::default())
         .unwrap()
         .with_gate(gate);
-    let hardware = Arc::new(SimBackend::new().present_as_hardware(true));
+    let hardware = Arc::new(SimBackend::new().configure(|c| c.present_as_hardware(true)));
     check(&factory, &Config::new(5).depth(4, 8).backend(hardware))
 }
 

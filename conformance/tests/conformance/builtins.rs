@@ -91,8 +91,7 @@ fn every_example_wasm_plugin_passes_everything() {
 fn a_retry_the_device_itself_cannot_serve_is_no_finding() {
     let backend = std::sync::Arc::new(
         emm_conformance::SimBackend::new()
-            .with_memory(143_251 << 20)
-            .with_driver_reserve(3 << 20),
+            .configure(|c| c.memory_per_device(143_251 << 20).driver_reserve(3 << 20)),
     );
     for name in ["pool", "pool-vmm", "pool-vmm-tight"] {
         let factory = resolve_plugin(name).unwrap();

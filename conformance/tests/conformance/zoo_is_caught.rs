@@ -208,10 +208,12 @@ fn a_failure_the_machine_cannot_shorten_is_still_reported() {
 /// device memory does not.
 #[test]
 fn a_device_fault_in_managed_memory_says_the_plugin_may_not_be_at_fault() {
-    let faulting = SimBackend::new().with_fault(Fault::Random {
-        calls: vec![CallKind::MemcpyDtoH],
-        per_million: 1_000_000,
-        code: CudaCode::ILLEGAL_ADDRESS,
+    let faulting = SimBackend::new().configure(|c| {
+        c.fault(Fault::Random {
+            calls: vec![CallKind::MemcpyDtoH],
+            per_million: 1_000_000,
+            code: CudaCode::ILLEGAL_ADDRESS,
+        })
     });
     let default = resolve_plugin("default").unwrap();
     let report = check(&*default, &config().threads(1).backend(Arc::new(faulting)));
