@@ -32,9 +32,7 @@ pub unsafe extern "C" fn emm_device_buffer_new(
 ) -> EmmStatus {
     const F: &str = "emm_device_buffer_new";
     status(F, || {
-        if handle.is_null() {
-            return Err(CapiError::null(F, "handle"));
-        }
+        CapiError::non_null(F, "handle", handle)?;
         let r = runtime()?;
         let d = r.device(device)?;
         let s = r.stream(stream, d)?;

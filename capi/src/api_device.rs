@@ -32,9 +32,7 @@ pub unsafe extern "C" fn emm_alloc(
     ptr: *mut *mut c_void,
 ) -> EmmStatus {
     status("emm_alloc", || {
-        if ptr.is_null() {
-            return Err(CapiError::null("emm_alloc", "ptr"));
-        }
+        CapiError::non_null("emm_alloc", "ptr", ptr)?;
         let r = runtime()?;
         let d = r.device(device)?;
         let s = r.stream(stream, d)?;
@@ -76,9 +74,7 @@ pub unsafe extern "C" fn emm_free(ptr: *mut c_void, stream: cudaStream_t) -> Emm
 #[no_mangle]
 pub unsafe extern "C" fn emm_stream_create(device: c_int, stream: *mut cudaStream_t) -> EmmStatus {
     status("emm_stream_create", || {
-        if stream.is_null() {
-            return Err(CapiError::null("emm_stream_create", "stream"));
-        }
+        CapiError::non_null("emm_stream_create", "stream", stream)?;
         let r = runtime()?;
         let d = r.device(device)?;
         let s = r.in_context(d, || Ok(r.driver().stream_create(true)?))?;
@@ -142,12 +138,8 @@ pub unsafe extern "C" fn emm_ipc_get_handle(
 ) -> EmmStatus {
     const F: &str = "emm_ipc_get_handle";
     status(F, || {
-        if handle.is_null() {
-            return Err(CapiError::null(F, "handle"));
-        }
-        if offset.is_null() {
-            return Err(CapiError::null(F, "offset"));
-        }
+        CapiError::non_null(F, "handle", handle)?;
+        CapiError::non_null(F, "offset", offset)?;
         let r = runtime()?;
         let addr = ptr as u64;
         let found = (0..r.device_count() as i32).find_map(|i| {

@@ -42,9 +42,7 @@ pub unsafe extern "C" fn emm_host_alloc(
 ) -> EmmStatus {
     const F: &str = "emm_host_alloc";
     status(F, || {
-        if host_ptr.is_null() {
-            return Err(CapiError::null(F, "host_ptr"));
-        }
+        CapiError::non_null(F, "host_ptr", host_ptr)?;
         if flags & !(EMM_HOST_MAPPED | EMM_HOST_PORTABLE | EMM_HOST_WRITE_COMBINED) != 0 {
             return Err(CapiError::invalid(
                 F,
@@ -98,9 +96,7 @@ pub unsafe extern "C" fn emm_host_pin(
 ) -> EmmStatus {
     const F: &str = "emm_host_pin";
     status(F, || {
-        if ptr.is_null() {
-            return Err(CapiError::null(F, "ptr"));
-        }
+        CapiError::non_null(F, "ptr", ptr)?;
         if mapped != 0 && device_ptr.is_null() {
             return Err(CapiError::null(F, "device_ptr (mapped is set)"));
         }
@@ -177,9 +173,7 @@ pub unsafe extern "C" fn emm_managed_alloc(
 ) -> EmmStatus {
     const F: &str = "emm_managed_alloc";
     status(F, || {
-        if ptr.is_null() {
-            return Err(CapiError::null(F, "ptr"));
-        }
+        CapiError::non_null(F, "ptr", ptr)?;
         let r = runtime()?;
         let d = r.device(device)?;
         let context = r.context(d)?;

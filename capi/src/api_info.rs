@@ -234,9 +234,7 @@ pub extern "C" fn emm_reset(device: c_int) -> EmmStatus {
 pub unsafe extern "C" fn emm_defer_cleanup_begin(device: c_int, token: *mut u64) -> EmmStatus {
     const F: &str = "emm_defer_cleanup_begin";
     status(F, || {
-        if token.is_null() {
-            return Err(CapiError::null(F, "token"));
-        }
+        CapiError::non_null(F, "token", token)?;
         let r = runtime()?;
         let t = r.begin_deferral(r.device(device)?)?;
         // SAFETY: checked non-null; writable by the caller's promise (1).

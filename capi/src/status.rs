@@ -65,6 +65,15 @@ impl CapiError {
             format!("{argument} is NULL; pass a valid pointer"),
         )
     }
+
+    /// `Ok` when `ptr`, given for `argument` of `function`, is not null; else [`Self::null`].
+    pub fn non_null<T>(function: &str, argument: &str, ptr: *const T) -> Result<(), Self> {
+        if ptr.is_null() {
+            Err(CapiError::null(function, argument))
+        } else {
+            Ok(())
+        }
+    }
 }
 
 impl std::fmt::Display for CapiError {
