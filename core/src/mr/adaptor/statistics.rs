@@ -155,33 +155,38 @@ impl<Up: DeviceMemoryResource> StatisticsAdaptor<Up> {
         Ok(popped)
     }
 
+    /// Applies `change` to the innermost level's counters, under the lock.
     #[inline]
-    fn count_allocation(&self, bytes: usize) {
-        let mut levels = lock(&self.levels);
-        if let Some(top) = levels.last_mut() {
-            top.bytes.add(as_i64(bytes));
-            top.allocations.add(1);
+    fn on_top(&self, change: impl FnOnce(&mut Counters)) {
+        if let Some(top) = lock(&self.levels).last_mut() {
+            change(top);
         }
     }
 
     #[inline]
+    fn count_allocation(&self, bytes: usize) {
+        self.on_top(|top| {
+            top.bytes.add(as_i64(bytes));
+            top.allocations.add(1);
+        });
+    }
+
+    #[inline]
     fn uncount(&self, bytes: usize) {
-        let mut levels = lock(&self.levels);
-        if let Some(top) = levels.last_mut() {
+        self.on_top(|top| {
             top.bytes.sub(as_i64(bytes));
             top.allocations.sub(1);
-        }
+        });
     }
 
     /// Undoes [`Self::uncount`] after the upstream refused a free: value only, so the
     /// rollback is not counted as a new allocation.
     #[cold]
     fn recount(&self, bytes: usize) {
-        let mut levels = lock(&self.levels);
-        if let Some(top) = levels.last_mut() {
+        self.on_top(|top| {
             top.bytes.value = top.bytes.value.saturating_add(as_i64(bytes));
             top.allocations.value = top.allocations.value.saturating_add(1);
-        }
+        });
     }
 }
 
