@@ -7,7 +7,7 @@ mod rules;
 mod snapshot;
 mod vmm;
 
-use emm_core::{Driver, HostAllocFlags, HostPtr};
+use emm_core::{Driver, HostAllocFlags, HostPtr, StreamId};
 use emm_sim::SimDriver;
 
 /// `bytes` of pinned host memory mapped into the device's address space.
@@ -17,4 +17,13 @@ fn mapped_host(g: &SimDriver, bytes: usize) -> HostPtr {
         ..HostAllocFlags::default()
     };
     g.host_alloc(bytes, flags).unwrap()
+}
+
+/// Two non-blocking streams: nothing orders them with each other or with the legacy default
+/// stream.
+fn two_streams(g: &SimDriver) -> (StreamId, StreamId) {
+    (
+        g.stream_create(true).unwrap(),
+        g.stream_create(true).unwrap(),
+    )
 }

@@ -347,10 +347,7 @@ fn a_handle_mapped_twice_shows_its_bytes_at_both_and_goes_back_after_both() {
 #[test]
 fn a_second_mapping_s_user_must_be_ordered_after_the_first_s() {
     let d = sim();
-    let (a, b) = (
-        d.stream_create(true).unwrap(),
-        d.stream_create(true).unwrap(),
-    );
+    let (a, b) = crate::two_streams(&d);
     let (base, hs) = mapped(&d, 4, 1);
     let alias = base.offset(2 * G as u64);
     // Stream a still writes the first mapping when the handle is mapped again.
@@ -400,10 +397,7 @@ fn an_unmap_the_host_did_not_wait_for_races_with_the_stream() {
 #[test]
 fn streams_race_on_mapped_memory_as_on_any_other() {
     let d = sim();
-    let (a, b) = (
-        d.stream_create(true).unwrap(),
-        d.stream_create(true).unwrap(),
-    );
+    let (a, b) = crate::two_streams(&d);
     let (base, hs) = mapped(&d, 2, 2);
     d.device_access(base.offset(G as u64 - 64), 128, a, true)
         .unwrap();

@@ -3,6 +3,8 @@
 //! the cross-stream rule inside a shard, and memory held under many threads (measured by the
 //! many-threads benchmark in emm-bench's tests, `sharded_pool.rs`).
 
+use crate::common::two_streams;
+
 use std::sync::{Arc, Barrier};
 
 use emm_core::mr::sharded_pool::SHARD_CHUNK;
@@ -38,14 +40,6 @@ fn on_thread<T: Send>(g: &SimDriver, f: impl FnOnce() -> T + Send) -> T {
         .join()
         .unwrap()
     })
-}
-
-/// Two non-blocking streams.
-fn two_streams(g: &SimDriver) -> (StreamId, StreamId) {
-    (
-        g.stream_create(true).unwrap(),
-        g.stream_create(true).unwrap(),
-    )
 }
 
 /// Waits for the device, checks the simulator saw no race or use after free, runs `then`

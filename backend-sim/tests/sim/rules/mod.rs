@@ -1,20 +1,13 @@
 //! One test per rule of the simulated GPU.
 
+use crate::two_streams;
+
 use emm_core::attribution::CallerScope;
 use emm_core::{Advice, CudaCode, DeviceId, DevicePtr, Driver, HostAllocFlags, Location, StreamId};
 use emm_sim::{CallKind, Fault, SimConfig, SimDriver, Violation, GIB, MIB, POISON};
 
 fn gpu() -> SimDriver {
     SimDriver::new(SimConfig::new(1).memory_per_device(GIB)).unwrap()
-}
-
-/// Two non-blocking streams: nothing orders them with each other or with the legacy default
-/// stream.
-fn two_streams(g: &SimDriver) -> (StreamId, StreamId) {
-    (
-        g.stream_create(true).unwrap(),
-        g.stream_create(true).unwrap(),
-    )
 }
 
 fn code<T: std::fmt::Debug>(r: emm_core::DriverResult<T>) -> CudaCode {
