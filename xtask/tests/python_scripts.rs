@@ -5,7 +5,7 @@
 //! step comparison over made-up runs; so a broken script is caught here and not on the GPU
 //! machine. Skips, saying so, when `python3` is absent.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Runs `cmd` and fails the test, with its output, unless it succeeds.
@@ -33,17 +33,29 @@ fn parse_all(dirs: &[&Path]) {
     succeeds(Command::new("python3").args(["-c", check]).args(dirs));
 }
 
+/// Whether `python3` runs here; when it does not, says that the test is skipped.
 fn python3() -> bool {
-    Command::new("python3")
+    let present = Command::new("python3")
         .arg("--version")
         .output()
-        .is_ok_and(|o| o.status.success())
+        .is_ok_and(|o| o.status.success());
+    if !present {
+        eprintln!("skipped: python3 is not installed");
+    }
+    present
+}
+
+/// A fresh, empty folder `emm-<name>-<pid>` in the temporary directory.
+fn fresh_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("emm-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
 }
 
 #[test]
 fn the_hardware_python_scripts_compile_and_their_checks_pass() {
     if !python3() {
-        eprintln!("skipped: python3 is not installed");
         return;
     }
     let hardware = Path::new(env!("CARGO_MANIFEST_DIR")).join("hardware");
@@ -63,13 +75,11 @@ fn the_hardware_python_scripts_compile_and_their_checks_pass() {
 #[test]
 fn the_report_summarizes_the_rounds_three_ways() {
     if !python3() {
-        eprintln!("skipped: python3 is not installed");
         return;
     }
     // Three rounds: emm's JSON lines, the peers' RESULT lines, a failed peer run and a line
     // of noise (both left out).
-    let dir = std::env::temp_dir().join(format!("emm-rounds-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = fresh_dir("rounds");
     let mut rounds = String::new();
     for (i, emm) in [[40.0, 37.0, 41.0], [42.0, 35.0, 33.0], [53.0, 58.0, 66.0]]
         .iter()
@@ -128,11 +138,9 @@ fn the_report_summarizes_the_rounds_three_ways() {
 #[test]
 fn the_cost_model_is_compared_only_where_it_times_every_operation() {
     if !python3() {
-        eprintln!("skipped: python3 is not installed");
         return;
     }
-    let dir = std::env::temp_dir().join(format!("emm-costs-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = fresh_dir("costs");
     let line = |r: &str, w: &str, ns: f64, key: &str| {
         format!(
             "{{\"resource\":\"{r}\",\"workload\":\"{w}\",\"ops\":1,\"{key}\":{ns},\
@@ -201,12 +209,9 @@ fn the_cost_model_is_compared_only_where_it_times_every_operation() {
 #[test]
 fn the_trace_step_comparison_takes_medians_step_by_step() {
     if !python3() {
-        eprintln!("skipped: python3 is not installed");
         return;
     }
-    let dir = std::env::temp_dir().join(format!("emm-trace-steps-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = fresh_dir("trace-steps");
     let run = |allocator: &str, rep: u32, steps: &str, peak: u32| {
         format!(
             r#"{{"workload": "w", "allocator": "{allocator}", "rep": {rep}, "step_seconds": {steps},
