@@ -74,9 +74,7 @@ pub(crate) unsafe fn write_out<T>(
     out: *mut T,
     value: T,
 ) -> Result<(), CapiError> {
-    if out.is_null() {
-        return Err(CapiError::null(function, name));
-    }
+    CapiError::non_null(function, name, out)?;
     // SAFETY: non-null, and valid for one write by the caller's promise (1).
     unsafe { out.write(value) };
     Ok(())
