@@ -29,7 +29,9 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use emm_core::attribution::CallerScope;
-use emm_core::mr::{assert_resource, DeviceMemoryResource, MrError, MrResult, MIN_ALIGNMENT};
+use emm_core::mr::{
+    assert_resource, check_alignment, DeviceMemoryResource, MrError, MrResult, MIN_ALIGNMENT,
+};
 use emm_core::{DevicePtr, Driver, MemInfo, StreamId};
 
 use crate::abi::{self, Answer, MAX_CHUNK_BYTES};
@@ -452,12 +454,7 @@ impl DeviceMemoryResource for PluginResource {
         alignment: usize,
         stream: StreamId,
     ) -> MrResult<DevicePtr> {
-        if !alignment.is_power_of_two() {
-            return Err(MrError::InvalidArgument {
-                resource: NAME,
-                reason: format!("alignment {alignment} is not a power of two"),
-            });
-        }
+        check_alignment(NAME, bytes, alignment, usize::MAX)?;
         self.alloc(bytes, alignment.max(MIN_ALIGNMENT) as u64, stream)
     }
 

@@ -215,6 +215,35 @@ fn bad_frees_are_refused_and_the_plugin_stays_up() {
     assert!(r.allocate(4096, StreamId::DEFAULT).is_ok());
 }
 
+/// An alignment that is not a power of two is the caller's mistake: the host refuses it before
+/// the plugin sees it, naming the alignment, with nothing allocated and no breach.
+#[test]
+fn an_alignment_that_is_not_a_power_of_two_is_refused_before_the_plugin() {
+    let g = gpu(GIB);
+    let m = manager(&g, "first_fit", "");
+    let r = m.resource();
+    let held = r.stats().unwrap().held_bytes;
+    for alignment in [0, 3, 768, usize::MAX] {
+        match r.allocate_aligned(4096, alignment, StreamId::DEFAULT) {
+            Err(MrError::InvalidArgument { reason, .. }) => {
+                assert!(reason.contains(&alignment.to_string()), "{reason}");
+            }
+            other => panic!("alignment {alignment}: {other:?}"),
+        }
+    }
+    let stats = r.stats().unwrap();
+    assert_eq!((stats.live, stats.held_bytes), (0, held));
+    assert!(r.quarantined().is_none() && r.breaches().is_empty());
+    // A power of two reaches the plugin, which declines what first-fit does not offer.
+    assert!(matches!(
+        r.allocate_aligned(4096, 4096, StreamId::DEFAULT),
+        Err(MrError::UnsupportedAlignment {
+            alignment: 4096,
+            ..
+        })
+    ));
+}
+
 /// `defer_cleanup` reaches the plugin: the slab keeps empty slabs while a guard lives and
 /// returns them when the last guard goes.
 #[test]
