@@ -1,6 +1,7 @@
 //! The plugin ABI, version [`ABI_VERSION`].[`ABI_MINOR`]: every name, signature, status code and encoding the
 //! host and a guest agree on. `plugins/ABI.md` is the same contract in prose (with a `.wit`
-//! description); the guest SDK (`plugins/sdk`) mirrors these constants.
+//! description); the guest SDK (`plugins/sdk`) mirrors its numbers, and the sandbox's tests
+//! hold the two copies equal.
 //!
 //! A plugin is a core WebAssembly module for `wasm32-unknown-unknown` (no WASI, no component
 //! model: a core call costs about 12 ns here against about 110 ns through the component model,

@@ -1,4 +1,5 @@
-//! ABI v1.1 as the guest sees it: the same numbers as the host's `sandbox/src/abi.rs`.
+//! ABI v1.1 as the guest sees it: the same numbers as the host's `sandbox/src/abi.rs` (the
+//! sandbox's tests compare the two).
 
 /// The ABI version `emm_abi_version` returns.
 pub const ABI_VERSION: i32 = 1;

@@ -1,6 +1,7 @@
 //! emm-sandbox's integration tests, one module per topic, in one test binary. The gate's
 //! environment variables are read process-wide, so their test (`gate_env.rs`) is a binary of its own.
 
+mod abi_mirror;
 mod common;
 mod examples;
 mod gate;
