@@ -9,6 +9,7 @@ import ctypes
 import gc
 import importlib
 import os
+import re
 import sys
 import unittest
 
@@ -104,6 +105,74 @@ class Core(unittest.TestCase):
         del x
         gc.collect()
         self.assertEqual(emm.stats()["device_buffers"], n)
+
+
+class CAbi(unittest.TestCase):
+    """The bindings against ``capi/include/emm.h``, the C ABI they call. ctypes takes a
+    prototype on trust: one that disagrees with its declaration passes the wrong bits, and the
+    call crashes or corrupts memory without an error."""
+
+    with open(os.path.join(SOURCES, "..", "include", "emm.h")) as f:
+        HEADER = f.read()
+
+    # The C types the header uses, by size and signedness (Linux, LP64).
+    C_INTEGERS = {
+        "int": (4, True),
+        "EmmStatus": (4, True),
+        "uint32_t": (4, False),
+        "uint64_t": (8, False),
+        "size_t": (8, False),
+        "ssize_t": (8, True),
+    }
+
+    def c_kind(self, declaration, named):
+        """``"pointer"``, ``(size, signed)`` or ``None`` (void) for a C type, with its
+        parameter name when ``named``."""
+        words = declaration.replace("*", " * ").split()
+        if named:
+            words = words[:-1]
+        if "*" in words or words == ["cudaStream_t"]:
+            return "pointer"
+        base = [w for w in words if w not in ("const", "enum", "struct")]
+        if base == ["void"]:
+            return None
+        self.assertEqual(len(base), 1, declaration)
+        self.assertIn(base[0], self.C_INTEGERS, f"a C type this test does not know: {declaration}")
+        return self.C_INTEGERS[base[0]]
+
+    @staticmethod
+    def ctypes_kind(t):
+        if t is None:
+            return None
+        if t in (ctypes.c_void_p, ctypes.c_char_p) or issubclass(t, ctypes._Pointer):
+            return "pointer"
+        return (ctypes.sizeof(t), t(-1).value < 0)
+
+    def test_every_function_is_bound_as_the_header_declares_it(self):
+        declared = re.findall(r"^([A-Za-z][^;(]*?)\b(emm_\w+)\(([^)]*)\);", self.HEADER, re.M)
+        self.assertGreaterEqual(len(declared), 30, "the header's declarations did not parse")
+        bound = emm._lib._PROTOTYPES
+        self.assertEqual(sorted(name for _, name, _ in declared), sorted(bound))
+        for returns, name, params in declared:
+            params = [] if params.strip() == "void" else params.split(",")
+            restype, argtypes = bound[name]
+            self.assertEqual(self.ctypes_kind(restype), self.c_kind(returns, False), f"{name} returns")
+            self.assertEqual(
+                [self.ctypes_kind(t) for t in argtypes],
+                [self.c_kind(p, True) for p in params],
+                f"{name}'s parameters",
+            )
+
+    def test_the_numbers_are_the_headers(self):
+        statuses = re.findall(r"^  EMM_STATUS_(\w+) = (\d+),", self.HEADER, re.M)
+        numbers = re.findall(r"#define EMM_(\w+) (-?\d+)", self.HEADER) + statuses
+        self.assertGreaterEqual(len(numbers), 16, "the header's numbers did not parse")
+        for name, value in numbers:
+            self.assertEqual(getattr(emm._lib, name), int(value), name)
+        library = emm._lib.lib()
+        for name, value in statuses:
+            self.assertEqual(library.emm_status_name(int(value)).decode(), "EMM_STATUS_" + name)
+        self.assertEqual(library.emm_abi_version(), emm._lib.ABI_VERSION)
 
 
 class Package(unittest.TestCase):
