@@ -174,6 +174,20 @@ class CAbi(unittest.TestCase):
             self.assertEqual(library.emm_status_name(int(value)).decode(), "EMM_STATUS_" + name)
         self.assertEqual(library.emm_abi_version(), emm._lib.ABI_VERSION)
 
+    def test_the_cupy_hooks_are_laid_out_as_the_header_declares(self):
+        fakes.install_cupy()
+        sys.modules.pop("emm.cupy", None)
+        hooks = importlib.import_module("emm.cupy")._Hooks
+        body = re.search(r"typedef struct EmmCupyHooks \{(.*?)\} EmmCupyHooks;", self.HEADER, re.S)
+        fields = [f.strip() for f in re.sub(r"/\*.*?\*/", "", body.group(1), flags=re.S).split(";")]
+        fields = [f for f in fields if f]
+        # Every field is a pointer: a function pointer `(*name)(…)` or `void *name`.
+        names = [re.search(r"\(\*(\w+)\)|\*(\w+)$", f) for f in fields]
+        self.assertTrue(all(names), fields)
+        bound = hooks._fields_
+        self.assertEqual([n.group(1) or n.group(2) for n in names], [name.rstrip("_") for name, _ in bound])
+        self.assertTrue(all(t is ctypes.c_void_p for _, t in bound), bound)
+
 
 class Package(unittest.TestCase):
     def test_version_and_typing_marker(self):
