@@ -148,6 +148,45 @@ fn reset_returns_empty_chunks_and_keeps_live_ones() {
     }
 }
 
+/// `emm_trim(keep)` reaches each plugin through the SDK: empty chunks go back until at most
+/// `keep` bytes of them stay, chunks with live allocations stay, and what trim(0) leaves a
+/// reset cannot shrink further.
+#[test]
+fn trim_returns_empty_chunks_down_to_what_it_keeps() {
+    const KEEP: u64 = 4 * MIB;
+    for name in EXAMPLES {
+        let g = gpu(GIB);
+        let m = manager(&g, name, "chunk_bytes=4194304");
+        let used = || g.device_memory_used(DeviceId(0));
+        let live = m.memalloc(1000).unwrap();
+        fill(&g, live.device_ptr(), 1000, 7);
+        drop(
+            (0..40)
+                .map(|_| m.memalloc(300_000).unwrap())
+                .collect::<Vec<_>>(),
+        );
+        let before = used();
+        m.resource().trim(KEEP).unwrap();
+        let kept = used();
+        m.resource().trim(0).unwrap();
+        let least = used();
+        m.reset().unwrap();
+        assert_eq!(
+            used(),
+            least,
+            "{name}: trim(0) left empty chunks a reset returned"
+        );
+        assert!(least < before && least > 0, "{name}: {before} → {least}");
+        assert!(
+            kept - least <= KEEP,
+            "{name}: trim({KEEP}) kept {} empty bytes",
+            kept - least
+        );
+        assert!(holds(&g, live.device_ptr(), 1000, 7), "{name}");
+        assert!(m.resource().breaches().is_empty(), "{name}");
+    }
+}
+
 /// emm's contract (plugins/ABI.md): "Concurrent use from many threads never hands out overlapping memory."
 #[test]
 fn concurrent_threads_never_share_memory() {
