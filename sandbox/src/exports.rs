@@ -198,16 +198,18 @@ mod tests {
             .nth(1)
             .and_then(|s| s.split('}').next())
             .expect("the WIT has an interface policy");
-        let mut doc = "";
+        // The doc comment above each function, all its lines.
+        let mut doc = String::new();
         let mut seen = 0;
         for line in policy.lines().map(str::trim) {
-            if line.starts_with("///") {
-                doc = line;
+            if let Some(text) = line.strip_prefix("///") {
+                doc.push_str(text);
                 continue;
             }
             let Some((name, typed)) = line.split_once(": func") else {
                 continue;
             };
+            let doc = std::mem::take(&mut doc);
             let spec = spec(&name.replace('-', "_"));
             let typed = typed
                 .trim_end_matches(';')
