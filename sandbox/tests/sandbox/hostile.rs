@@ -289,6 +289,17 @@ fn missing_exports_wrong_types_and_foreign_imports_are_refused_at_load() {
             .contains("imports wasi_snapshot_preview1::fd_write"),
         "{e}"
     );
+    // A host function imported with another type than the host's: refused before it runs,
+    // naming the import and both types.
+    let crossed = fixture("(nop)", 0).replace(
+        "(memory (export",
+        "(import \"emm\" \"upstream_free\" (func $crossed (param i64) (result i64)))\n  (memory (export",
+    );
+    let e = load_error("crossed", &crossed).to_string();
+    assert!(
+        e.contains("emm::upstream_free") && e.contains("(func (param i32) (result i32))"),
+        "{e}"
+    );
     let e = load_error("junk", "this is not wasm");
     assert!(matches!(e, SandboxError::Compile { .. }), "{e}");
     let e = PluginModule::from_bytes("junk", b"this is not wasm", fuel_only(), Vec::new())
