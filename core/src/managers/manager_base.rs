@@ -184,7 +184,6 @@ impl<D: Driver + ?Sized> ManagerBase<D> {
         })
     }
 
-    /// The device address of mapped host memory; on failure undoes the allocation or pin.
     /// Pinned host memory at `host` as the contract hands it out: pinned only, or `mapped` to a
     /// device pointer too. Where the driver gives no device pointer, `undo` gives back the pinned
     /// memory and the driver's error is returned.
